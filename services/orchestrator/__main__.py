@@ -1,0 +1,4 @@
+from shared.server import serve
+
+if __name__ == "__main__":
+    serve("orchestrator")

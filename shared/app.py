@@ -1,0 +1,179 @@
+"""The FastAPI application factory every service is built with.
+
+``create_app`` gives a service, in one place: ``/health``, ``/metrics`` (Prometheus text),
+request metrics and logging, API-key auth on everything else when enabled, and the shared
+:class:`shared.errors.Error` body for every failure — request-validation failures included, as
+400 with a message naming the field (the OpenAPI document says so too).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from shared.auth import require_api_key
+from shared.errors import APIError, Error
+from shared.observability import PROMETHEUS_CONTENT_TYPE, ServiceMetrics, configure_logging
+from shared.settings import Settings, get_settings
+
+log = logging.getLogger("k3stack.app")
+
+HealthCheck = Callable[[], Awaitable[dict[str, Any]] | dict[str, Any]]
+
+
+class Health(BaseModel):
+    status: str
+    service: str
+    version: str
+    checks: dict[str, Any] = {}
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def _error_response(status: int, error_code: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        Error(code=status, error_code=error_code, message=message).model_dump(), status_code=status
+    )
+
+
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def create_app(
+    service: str,
+    *,
+    version: str = "0.1.0",
+    routers: Sequence[APIRouter] = (),
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+    health_checks: dict[str, HealthCheck] | None = None,
+    settings: Settings | None = None,
+    description: str = "",
+) -> FastAPI:
+    """Build a service's app. ``routers`` are mounted behind API-key auth."""
+    settings = settings or get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    metrics = ServiceMetrics(service)
+    app = FastAPI(
+        title=f"k3stack {service}",
+        version=version,
+        description=description,
+        lifespan=lifespan,
+        responses={400: {"model": Error, "description": "Bad request"}},
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.service = service
+
+    @app.middleware("http")
+    async def _observe(request: Request, call_next):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:  # noqa: BLE001 - turned into a 500 below, logged with the route
+            log.exception("unhandled error on %s %s", request.method, request.url.path)
+            response = _error_response(500, "internal", "internal error; see the service log")
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.observe_request(request.method, path, response.status_code, started)
+        return response
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return _error_response(exc.status, exc.error_code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(400, "invalid_request", _describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "error")
+        return _error_response(exc.status_code, code, str(exc.detail))
+
+    checks = health_checks or {}
+
+    @app.get("/health", response_model=Health, tags=["ops"], operation_id="getHealth")
+    async def health() -> Health:
+        results: dict[str, Any] = {}
+        ok = True
+        for name, check in checks.items():
+            try:
+                value = check()
+                if hasattr(value, "__await__"):
+                    value = await value  # type: ignore[misc]
+                results[name] = value
+            except Exception as exc:  # noqa: BLE001 - a failing check makes the service degraded
+                ok = False
+                results[name] = {"error": str(exc)}
+        return Health(
+            status="ok" if ok else "degraded", service=service, version=version, checks=results
+        )
+
+    @app.get("/metrics", tags=["ops"], operation_id="getMetrics", response_class=Response)
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type=PROMETHEUS_CONTENT_TYPE)
+
+    auth = [Depends(require_api_key(service))]
+    for router in routers:
+        app.include_router(router, dependencies=auth)
+
+    _document_errors_as_400(app)
+    return app
+
+
+def _document_errors_as_400(app: FastAPI) -> None:
+    """Say in the OpenAPI document what the handlers do: validation errors are 400 + Error."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = original()
+        for item in schema.get("paths", {}).values():
+            for op in item.values():
+                responses = op.get("responses", {})
+                if "422" in responses:
+                    del responses["422"]
+                    responses.setdefault(
+                        "400",
+                        {
+                            "description": "Bad request",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/Error"}
+                                }
+                            },
+                        },
+                    )
+        comps = schema.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            comps.pop(name, None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,38 @@
+"""Run a service's app with uvicorn: what ``python -m services.<name>`` calls."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from shared.settings import SettingsError, get_settings
+
+
+def serve(service: str, argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m services.{service}",
+        description=f"Run the k3stack {service} service (settings: K3STACK_* variables).",
+    )
+    parser.add_argument("--host", help="bind address (default K3STACK_<SERVICE>__HOST)")
+    parser.add_argument("--port", type=int, help="port (default K3STACK_<SERVICE>__PORT)")
+    args = parser.parse_args(argv)
+    try:
+        settings = get_settings()
+    except SettingsError as exc:
+        print(f"k3stack {service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    section = settings.service(service)
+    module = importlib.import_module(f"services.{service}.app")
+    app = module.create_app()
+
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=args.host or section.host,
+        port=args.port if args.port is not None else section.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        log_config=None,
+    )

@@ -1,0 +1,241 @@
+"""Every k3stack setting, read from ``K3STACK_*`` environment variables in this one place.
+
+Precedence, highest first: values passed to :func:`load_settings` (the CLI uses this), process
+environment, the dotenv file named by ``K3STACK_ENV_FILE`` (default ``.env`` in the working
+directory, if present), then the defaults below. Per-service sections are nested models read with
+a double underscore: ``K3STACK_SANDBOX__PORT=9001``. A value of the wrong type stops start-up with
+:class:`SettingsError`, whose message names the variable.
+
+``python -m shared.settings`` prints the documented table of every variable (the README's table
+is generated from it).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "K3STACK_"
+NESTED_DELIMITER = "__"
+SERVICE_NAMES = ("model", "sandbox", "tools", "verifier", "orchestrator")
+
+
+class SettingsError(ValueError):
+    """A setting could not be read; the message names the environment variable(s)."""
+
+
+class ServiceSettings(BaseModel):
+    """What every service has: where it listens, where others reach it, its API key."""
+
+    host: str = Field("127.0.0.1", description="Interface the service binds to.")
+    port: int = Field(0, ge=0, le=65535, description="TCP port the service listens on.")
+    url: str | None = Field(
+        None,
+        description="Base URL other services use to reach it (default http://127.0.0.1:<port>).",
+    )
+    api_key: str | None = Field(
+        None,
+        description="API key required in the X-API-Key (or Bearer) header when auth is enabled.",
+    )
+    workers: int = Field(1, ge=0, le=64, description="Celery worker processes `k3stack up` starts.")
+
+    @property
+    def base_url(self) -> str:
+        return (self.url or f"http://127.0.0.1:{self.port}").rstrip("/")
+
+
+class ModelSettings(ServiceSettings):
+    port: int = Field(8000, ge=0, le=65535, description="TCP port the service listens on.")
+    engine: Literal["reference", "openai", "sglang", "replay"] = Field(
+        "reference", description="Engine behind the OpenAI-compatible API."
+    )
+    preset: str = Field("tiny", description="Model preset the reference engine serves.")
+    served_model_name: str = Field("k3-tiny", description="Model id reported by /v1/models.")
+    upstream_url: str | None = Field(None, description="Endpoint the `openai` engine forwards to.")
+    checkpoint: Path | None = Field(
+        None, description="Safetensors checkpoint directory; random weights when unset."
+    )
+
+
+class SandboxSettings(ServiceSettings):
+    port: int = Field(8001, ge=0, le=65535, description="TCP port the service listens on.")
+    runtime: Literal["auto", "microvm", "firecracker", "process"] = Field(
+        "auto", description="Sandbox runtime; auto = microvm when QEMU and a kernel exist."
+    )
+    default_timeout_s: int = Field(
+        300, ge=0, description="Sandbox idle timeout in seconds (0 = no timeout)."
+    )
+    timeout_action: Literal["pause", "kill"] = Field(
+        "pause", description="What a timed-out sandbox does."
+    )
+    snapshot_interval_s: int = Field(
+        0, ge=0, description="Periodic snapshot interval in seconds (0 = off)."
+    )
+
+
+class ToolsSettings(ServiceSettings):
+    port: int = Field(8002, ge=0, le=65535, description="TCP port the service listens on.")
+    npc_model_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint for model-driven colleagues (NPCs)."
+    )
+
+
+class VerifierSettings(ServiceSettings):
+    port: int = Field(8003, ge=0, le=65535, description="TCP port the service listens on.")
+    chromium_path: Path = Field(
+        Path("/usr/bin/chromium"), description="Chromium binary the web verifier drives."
+    )
+
+
+class OrchestratorSettings(ServiceSettings):
+    port: int = Field(8004, ge=0, le=65535, description="TCP port the service listens on.")
+    rollout_queue: str = Field("rollouts", description="Celery queue for rollout batches.")
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Build it with :func:`load_settings`, not directly."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED_DELIMITER,
+        env_file=os.environ.get("K3STACK_ENV_FILE", ".env"),
+        extra="ignore",
+        validate_default=True,
+    )
+
+    mode: Literal["local", "deployed"] = Field(
+        "local", description="local = embedded defaults; deployed = compose/Helm (auth on)."
+    )
+    data_dir: Path = Field(
+        Path.home() / ".k3stack", description="Where embedded databases, objects and logs live."
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL (default sqlite:///<data_dir>/k3stack.db; "
+        "postgresql+psycopg://… when deployed).",
+    )
+    object_store_url: str | None = Field(
+        None,
+        description="file://<dir> for the local backend (default <data_dir>/objects), "
+        "or http(s)://host:port for an S3 server (MinIO).",
+    )
+    object_store_access_key: str | None = Field(None, description="S3 access key.")
+    object_store_secret_key: str | None = Field(None, description="S3 secret key.")
+    object_store_bucket: str = Field("k3stack", description="Bucket (S3) holding all objects.")
+    object_store_region: str = Field("us-east-1", description="S3 region.")
+    broker_url: str | None = Field(
+        None,
+        description="Celery broker (default sqla+sqlite:///<data_dir>/broker.db; "
+        "redis://host:6379/0 when deployed).",
+    )
+    result_backend: str | None = Field(
+        None,
+        description="Celery result backend (default db+sqlite:///<data_dir>/results.db).",
+    )
+    auth_enabled: bool | None = Field(
+        None, description="Require API keys (default: off in local mode, on in deployed mode)."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Log level of every service."
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text for people, json (one object per line) for collectors."
+    )
+    http_timeout_s: float = Field(
+        30.0, gt=0, description="Default timeout of inter-service HTTP calls."
+    )
+    http_retries: int = Field(
+        3, ge=0, le=10, description="Retries of idempotent inter-service calls."
+    )
+
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    tools: ToolsSettings = Field(default_factory=ToolsSettings)
+    verifier: VerifierSettings = Field(default_factory=VerifierSettings)
+    orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Settings:
+        d = self.data_dir.expanduser()
+        self.data_dir = d
+        self.database_url = self.database_url or f"sqlite:///{d / 'k3stack.db'}"
+        self.object_store_url = self.object_store_url or f"file://{d / 'objects'}"
+        self.broker_url = self.broker_url or f"sqla+sqlite:///{d / 'broker.db'}"
+        self.result_backend = self.result_backend or f"db+sqlite:///{d / 'results.db'}"
+        if self.auth_enabled is None:
+            self.auth_enabled = self.mode == "deployed"
+        return self
+
+    def service(self, name: str) -> ServiceSettings:
+        """The section of one service by name."""
+        if name not in SERVICE_NAMES:
+            raise SettingsError(f"unknown service {name!r}; choose one of {SERVICE_NAMES}")
+        return getattr(self, name)
+
+    def ensure_dirs(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _env_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if not parts:
+        return ENV_PREFIX + "*"
+    head, *rest = parts
+    name = ENV_PREFIX + head.upper()
+    for part in rest:
+        name += NESTED_DELIMITER + part.upper()
+    return name
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings; a bad value raises :class:`SettingsError` naming its variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            var = _env_name(err["loc"])
+            value = err.get("input")
+            shown = f" (got {value!r})" if not isinstance(value, dict) else ""
+            problems.append(f"{var}: {err['msg']}{shown}")
+        raise SettingsError("invalid k3stack settings:\n  " + "\n  ".join(problems)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings, read once. Tests call ``get_settings.cache_clear()``."""
+    return load_settings()
+
+
+def settings_table() -> list[tuple[str, str, str]]:
+    """(variable, default, description) for every setting, for docs and ``--help``."""
+    rows: list[tuple[str, str, str]] = []
+    for name, field in Settings.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, ServiceSettings):
+            for sub, sf in ann.model_fields.items():
+                rows.append(
+                    (_env_name((name, sub)), _show_default(sf.default), sf.description or "")
+                )
+        else:
+            rows.append((_env_name((name,)), _show_default(field.default), field.description or ""))
+    return rows
+
+
+def _show_default(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, Path) and str(value).startswith(str(Path.home())):
+        return "~" + str(value)[len(str(Path.home())) :]
+    return str(value)
+
+
+if __name__ == "__main__":
+    print("| variable | default | meaning |\n|---|---|---|")
+    for var, default, desc in settings_table():
+        print(f"| `{var}` | `{default}` | {desc} |")
