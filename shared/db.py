@@ -89,7 +89,7 @@ def _alembic_config(engine: Engine, migrations_dir: Path, service: str):  # type
     return cfg
 
 
-def migrate(engine: Engine, migrations_dir: Path, service: str, revision: str = "head") -> None:
+def migrate(engine: Engine, migrations_dir: Path, service: str, revision: str = "heads") -> None:
     """Upgrade one service's tables to ``revision`` (idempotent; safe for concurrent starters
     on PostgreSQL thanks to the transaction, and on SQLite thanks to the busy timeout)."""
     from alembic import command
