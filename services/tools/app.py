@@ -31,17 +31,28 @@ class World(BaseModel):
     scenario: str
     seed: int
     created_at: datetime
+    token: str | None = Field(None, description="World token; returned once, at creation.")
 
 
 @router.post("/worlds", response_model=World, status_code=201, operation_id="createWorld")
 def create_world(body: WorldCreate, request: Request) -> World:
     db: ServiceDatabase = request.app.state.db
+    now = datetime.now(UTC)
+    token = secrets.token_urlsafe(24)
     row = WorldRow(
-        id=uuid.uuid4().hex, scenario=body.scenario, seed=body.seed, created_at=datetime.now(UTC)
+        id=uuid.uuid4().hex,
+        scenario=body.scenario,
+        seed=body.seed,
+        created_at=now,
+        token_sha256=token_digest(token),
+        clock=now,
+        id_counter=0,
     )
     with db.session() as s:
         s.add(row)
-    return World(id=row.id, scenario=row.scenario, seed=row.seed, created_at=row.created_at)
+    return World(
+        id=row.id, scenario=row.scenario, seed=row.seed, created_at=row.created_at, token=token
+    )
 
 
 @router.get("/worlds/{world_id}", response_model=World, operation_id="getWorld")

@@ -21,6 +21,9 @@ class WorldRow(Base):
     scenario: Mapped[str] = mapped_column(String(128))
     seed: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    token_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    clock: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    id_counter: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class ActionRow(WorldScoped, Base):

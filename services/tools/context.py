@@ -1,0 +1,123 @@
+"""The per-request view of one world that every app route and action works through.
+
+``WorldCtx`` (a FastAPI dependency) authenticates the world token, opens a session, and hands
+the app the world's simulated clock, a seeded RNG per purpose and an action recorder; it
+commits when the route returns and rolls back on error. Actions, NPCs and oracle solvers build
+a :class:`WorldContext` directly with :func:`open_world`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from services.tools.models import ActionRow, WorldRow
+from shared.errors import APIError
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+@dataclass
+class WorldContext:
+    world_id: str
+    session: Session
+    seed: int
+    world: WorldRow
+    actor: str = "agent"
+    _rngs: dict[str, random.Random] = field(default_factory=dict)
+
+    @property
+    def now(self) -> datetime:
+        """The world's simulated clock (UTC, tz-aware); apps never read the wall clock."""
+        return _aware(self.world.clock)
+
+    def rng(self, purpose: str) -> random.Random:
+        """A deterministic RNG for ``purpose``, seeded by world seed and purpose.
+
+        It restarts from its seed for every request, so use it for values that are a pure
+        function of (seed, purpose); for unique ids use :meth:`new_id`.
+        """
+        if purpose not in self._rngs:
+            digest = hashlib.sha256(f"{self.seed}:{purpose}".encode()).digest()
+            self._rngs[purpose] = random.Random(int.from_bytes(digest[:8], "big"))
+        return self._rngs[purpose]
+
+    def new_id(self, prefix: str = "", width: int = 16) -> str:
+        """A world-unique id, deterministic for the same seed and sequence of actions."""
+        self.world.id_counter = (self.world.id_counter or 0) + 1
+        raw = hashlib.sha256(f"{self.seed}:{self.world.id_counter}".encode()).hexdigest()
+        return prefix + raw[:width]
+
+    def record(self, app: str, action: str, payload: dict[str, Any]) -> None:
+        """Append to the world's action log (events trigger on it, checks read it)."""
+        seq = (
+            self.session.scalar(
+                select(func.max(ActionRow.seq)).where(ActionRow.world_id == self.world_id)
+            )
+            or 0
+        ) + 1
+        self.session.add(
+            ActionRow(
+                world_id=self.world_id,
+                seq=seq,
+                at=self.now,
+                actor=self.actor,
+                app=app,
+                action=action,
+                payload=payload,
+            )
+        )
+        self.session.flush()
+
+
+@contextmanager
+def open_world(session: Session, world_id: str, actor: str = "agent") -> Iterator[WorldContext]:
+    """A context over ``world_id`` in an existing session (no token check: trusted callers)."""
+    world = session.get(WorldRow, world_id)
+    if world is None:
+        raise APIError(404, "not_found", f"world {world_id!r} does not exist")
+    yield WorldContext(
+        world_id=world_id, session=session, seed=world.seed, world=world, actor=actor
+    )
+
+
+def presented_world_token(request: Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("X-World-Token") or request.query_params.get("token")
+
+
+def world_context(world_id: str, request: Request) -> Iterator[WorldContext]:
+    """FastAPI dependency: authenticate the world token, yield a context, commit after."""
+    token = presented_world_token(request)
+    if not token:
+        raise APIError(
+            401, "unauthorized", "missing world token: send 'Authorization: Bearer <world token>'"
+        )
+    db = request.app.state.db
+    with db.session() as session:
+        world = session.get(WorldRow, world_id)
+        if world is None:
+            raise APIError(404, "not_found", f"world {world_id!r} does not exist")
+        if world.token_sha256 != token_digest(token):
+            raise APIError(403, "forbidden", f"this token does not open world {world_id!r}")
+        yield WorldContext(world_id=world_id, session=session, seed=world.seed, world=world)
+
+
+WorldCtx = Annotated[WorldContext, Depends(world_context)]
