@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,6 +12,7 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
+from services.tools.context import token_digest
 from services.tools.models import WorldRow
 from shared.app import create_app as create_service_app
 from shared.db import ServiceDatabase
