@@ -69,12 +69,17 @@ def create_app(
     *,
     version: str = "0.1.0",
     routers: Sequence[APIRouter] = (),
+    public_routers: Sequence[APIRouter] = (),
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
     health_checks: dict[str, HealthCheck] | None = None,
     settings: Settings | None = None,
     description: str = "",
 ) -> FastAPI:
-    """Build a service's app. ``routers`` are mounted behind API-key auth."""
+    """Build a service's app.
+
+    ``routers`` are mounted behind the service's API key; ``public_routers`` do their own auth
+    (the tools service's app routes take a per-world token, as the real apps' SDKs send it).
+    """
     settings = settings or get_settings()
     configure_logging(settings.log_level, settings.log_format)
     metrics = ServiceMetrics(service)
@@ -141,6 +146,8 @@ def create_app(
     auth = [Depends(require_api_key(service))]
     for router in routers:
         app.include_router(router, dependencies=auth)
+    for router in public_routers:
+        app.include_router(router)
 
     _document_errors_as_400(app)
     return app
