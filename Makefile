@@ -1,0 +1,50 @@
+# k3stack — the two commands: `make demo` and `make test`. Both idempotent.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup system venv lint format bench clean help
+
+help:
+	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
+	@echo "make test   - install what is missing, run lint and the whole test suite"
+	@echo "make setup  - only install (system packages + virtualenv)"
+	@echo "make bench  - run the benchmark scripts under bench/"
+
+setup: system venv
+
+system:
+	@bash scripts/setup_system.sh
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP) install -q --upgrade pip==26.3 setuptools==84.2.1 wheel==0.48.0
+	@# torch==2.13.0 (CPU) comes from the wheel on this machine's disk; see README.
+	@$(PIP) install -q -e '.[all,test]'
+	@touch $(STAMP)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: setup lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/k3stack demo
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the Debian packages k3stack's tests and demo need (idempotent; root on Debian 12).
+# Each area may add its own scripts/setup_<area>.sh, which this script runs after its own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup_system: missing ${need[*]}; run as root or install them" >&2
+    exit 1
+  fi
+  echo "setup_system: installing ${need[*]}"
+  if ! apt-get install -y -q --no-install-recommends "${need[@]}" >/tmp/k3stack-apt.log 2>&1; then
+    apt-get update -q >/tmp/k3stack-apt.log 2>&1
+    apt-get install -y -q --no-install-recommends "${need[@]}" >>/tmp/k3stack-apt.log 2>&1 \
+      || { cat /tmp/k3stack-apt.log >&2; exit 1; }
+  fi
+fi
+
+for extra in scripts/setup_*.sh; do
+  [ "$extra" = "scripts/setup_system.sh" ] && continue
+  [ -f "$extra" ] || continue
+  bash "$extra"
+done

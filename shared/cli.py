@@ -1,0 +1,477 @@
+"""``k3stack``: run the platform on one machine.
+
+``k3stack up`` starts the five services and one Celery worker each with the embedded defaults
+(SQLite, local object store, SQLite broker), waits until all are healthy, prints their URLs and
+stays in the foreground until Ctrl-C; ``--detach`` returns instead, and ``k3stack down`` stops
+what ``up`` started. Every child runs in its own process group, recorded in
+``<data dir>/run/state.json``, so ``down`` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from shared.queue import worker_argv
+from shared.settings import SERVICE_NAMES, SettingsError, load_settings, settings_table
+
+app = typer.Typer(
+    help="Run and inspect k3stack on this machine (embedded defaults, no servers to install).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console(stderr=True)
+out = Console()
+
+
+@dataclass
+class Child:
+    name: str  # "model" or "model-worker"
+    pid: int
+    argv: list[str]
+    log: str
+    port: int | None = None
+
+
+@dataclass
+class RunState:
+    data_dir: str
+    started_at: float
+    children: list[Child]
+    urls: dict[str, str]
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> RunState | None:
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return cls(
+            data_dir=raw["data_dir"],
+            started_at=raw["started_at"],
+            children=[Child(**c) for c in raw["children"]],
+            urls=raw["urls"],
+        )
+
+
+def _state_path(data_dir: Path) -> Path:
+    return data_dir / "run" / "state.json"
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _resolve_data_dir(data_dir: Path | None) -> Path:
+    try:
+        settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    except SettingsError as exc:
+        _fail(str(exc))
+    return settings.data_dir
+
+
+def _parse_services(services: str | None) -> list[str]:
+    if not services:
+        return list(SERVICE_NAMES)
+    chosen = [s.strip() for s in services.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SERVICE_NAMES]
+    if unknown:
+        _fail(f"unknown service(s) {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}")
+    return [s for s in SERVICE_NAMES if s in chosen]
+
+
+def _parse_ports(port: list[str], port_base: int | None) -> dict[str, int]:
+    ports: dict[str, int] = {}
+    if port_base is not None:
+        for i, name in enumerate(SERVICE_NAMES):
+            ports[name] = port_base + i
+    for item in port:
+        name, _, value = item.partition("=")
+        if name not in SERVICE_NAMES or not value.isdigit() or not 0 < int(value) < 65536:
+            _fail(
+                f"--port takes SERVICE=PORT with SERVICE one of {', '.join(SERVICE_NAMES)}; "
+                f"got {item!r}"
+            )
+        ports[name] = int(value)
+    return ports
+
+
+def _stop_children(children: list[Child], timeout_s: float = 10.0) -> list[Child]:
+    """SIGTERM every process group, wait, SIGKILL what is left. Returns the survivors."""
+    for child in children:
+        if _alive(child.pid):
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_alive(c.pid) for c in children):
+        for child in children:  # reap our own children so they do not linger as zombies
+            try:
+                os.waitpid(child.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.1)
+    for child in children:
+        if _alive(child.pid):
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    time.sleep(0.2)
+    for child in children:
+        try:
+            os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return [c for c in children if _alive(c.pid)]
+
+
+def _worker_ready(log: Path) -> bool:
+    try:
+        return b" ready." in log.read_bytes()[-20000:]
+    except OSError:
+        return False
+
+
+def _health(url: str) -> tuple[bool, str]:
+    try:
+        r = httpx.get(f"{url}/health", timeout=2.0)
+        body = r.json()
+        return r.status_code == 200 and body.get("status") == "ok", body.get("status", "?")
+    except (httpx.HTTPError, ValueError) as exc:
+        return False, type(exc).__name__
+
+
+@app.command()
+def up(
+    services: Annotated[
+        str | None, typer.Option(help="Comma-separated subset, e.g. model,tools (default: all).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Data directory (default K3STACK_DATA_DIR or ~/.k3stack).")
+    ] = None,
+    port: Annotated[
+        list[str], typer.Option(help="SERVICE=PORT, repeatable, e.g. --port model=9000.")
+    ] = [],  # noqa: B006 - typer reads the default
+    port_base: Annotated[
+        int | None, typer.Option(help="Give the services consecutive ports from this one.")
+    ] = None,
+    workers: Annotated[bool, typer.Option(help="Start one Celery worker per service.")] = True,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Return once healthy; stop with `k3stack down`.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for health.")] = 60.0,
+) -> None:
+    """Start the platform locally and wait until every service is healthy."""
+    chosen = _parse_services(services)
+    overrides = _parse_ports(port, port_base)
+    base_env = dict(os.environ)
+    if data_dir:
+        base_env["K3STACK_DATA_DIR"] = str(data_dir)
+    for name, p in overrides.items():
+        base_env[f"K3STACK_{name.upper()}__PORT"] = str(p)
+    try:
+        settings = load_settings(
+            **({"data_dir": data_dir} if data_dir else {}),
+            **{name: {"port": p} for name, p in overrides.items()},
+        )
+    except SettingsError as exc:
+        _fail(str(exc))
+        return
+    ddir = settings.data_dir
+    state_file = _state_path(ddir)
+    previous = RunState.load(state_file)
+    if previous and any(_alive(c.pid) for c in previous.children):
+        _fail(
+            f"k3stack is already running from {ddir} (pids in {state_file}); "
+            "run `k3stack down` first"
+        )
+    for name in chosen:
+        section = settings.service(name)
+        if _port_taken(section.host, section.port):
+            _fail(
+                f"port {section.port} ({name}) is already in use on {section.host}; "
+                f"free it or choose another with --port {name}=PORT"
+            )
+    # Every service learns where the others are.
+    for name in SERVICE_NAMES:
+        s = settings.service(name)
+        base_env.setdefault(f"K3STACK_{name.upper()}__URL", s.base_url)
+    logs = ddir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    children: list[Child] = []
+    urls = {name: settings.service(name).base_url for name in chosen}
+
+    def spawn(name: str, argv: list[str], port_: int | None) -> None:
+        log_path = logs / f"{name}.log"
+        fh = open(log_path, "ab")  # noqa: SIM115 - the child owns it
+        fh.write(f"\n--- k3stack up {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
+        fh.flush()
+        proc = subprocess.Popen(
+            [sys.executable, *argv],
+            env=base_env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        fh.close()
+        children.append(Child(name=name, pid=proc.pid, argv=argv, log=str(log_path), port=port_))
+
+    for name in chosen:
+        spawn(name, ["-m", f"services.{name}"], settings.service(name).port)
+    if workers:
+        for name in chosen:
+            conc = max(1, settings.service(name).workers)
+            spawn(f"{name}-worker", worker_argv(name, conc, pool="threads"), None)
+    state = RunState(data_dir=str(ddir), started_at=time.time(), children=children, urls=urls)
+    state.save(state_file)
+
+    def abort(message: str) -> None:
+        _stop_children(children)
+        state_file.unlink(missing_ok=True)
+        _fail(message)
+
+    pending = {c.name for c in children}
+    started = time.monotonic()
+    try:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("starting k3stack", total=len(children))
+            while pending:
+                for child in children:
+                    if child.name not in pending:
+                        continue
+                    if not _alive(child.pid):
+                        tail = Path(child.log).read_text(errors="replace")[-1500:]
+                        abort(
+                            f"{child.name} exited during start-up; last log lines "
+                            f"({child.log}):\n{tail}"
+                        )
+                    ok = (
+                        _worker_ready(Path(child.log))
+                        if child.port is None
+                        else _health(urls[child.name])[0]
+                    )
+                    if ok:
+                        pending.discard(child.name)
+                        progress.update(task, advance=1, description=f"{child.name} ready")
+                if time.monotonic() - started > timeout:
+                    abort(
+                        f"not healthy after {timeout:.0f}s: {', '.join(sorted(pending))}; "
+                        f"see logs in {logs}"
+                    )
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        abort("interrupted during start-up; stopped everything")
+
+    table = Table(title=f"k3stack up in {time.monotonic() - started:.1f}s — data in {ddir}")
+    table.add_column("service")
+    table.add_column("url")
+    table.add_column("docs")
+    for name, url in urls.items():
+        table.add_row(name, url, f"{url}/docs")
+    out.print(table)
+    if detach:
+        out.print(
+            "running in the background; stop with [bold]k3stack down"
+            + (f" --data-dir {data_dir}" if data_dir else "")
+            + "[/]"
+        )
+        return
+    out.print("press Ctrl-C to stop")
+    stop = {"flag": False}
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        while not stop["flag"]:
+            dead = [c.name for c in children if not _alive(c.pid)]
+            if dead:
+                console.print(f"[yellow]stopped:[/] {', '.join(dead)}; shutting down the rest")
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    left = _stop_children(children)
+    state_file.unlink(missing_ok=True)
+    if left:
+        _fail(f"could not stop: {', '.join(c.name for c in left)}")
+    out.print("k3stack stopped")
+
+
+@app.command()
+def down(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Data directory of the running stack.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before SIGKILL.")] = 10.0,
+) -> None:
+    """Stop everything `k3stack up` started from this data directory."""
+    ddir = _resolve_data_dir(data_dir)
+    state_file = _state_path(ddir)
+    state = RunState.load(state_file)
+    if state is None:
+        out.print(f"nothing running from {ddir}")
+        return
+    left = _stop_children(state.children, timeout)
+    if left:
+        _fail(f"still alive after SIGKILL: {', '.join(f'{c.name} ({c.pid})' for c in left)}")
+    state_file.unlink(missing_ok=True)
+    out.print(f"stopped {len(state.children)} processes")
+
+
+@app.command()
+def status(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Data directory of the running stack.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show each service's process and health."""
+    ddir = _resolve_data_dir(data_dir)
+    state = RunState.load(_state_path(ddir))
+    if state is None:
+        if as_json:
+            out.print_json(data={"running": False, "services": []})
+        else:
+            out.print(f"nothing running from {ddir}")
+        raise typer.Exit(1)
+    rows = []
+    for child in state.children:
+        alive = _alive(child.pid)
+        health = "-"
+        if child.port is not None and alive:
+            ok, health = _health(state.urls[child.name])
+        elif child.port is None:
+            health = "ready" if alive and _worker_ready(Path(child.log)) else "-"
+        rows.append(
+            {
+                "name": child.name,
+                "pid": child.pid,
+                "alive": alive,
+                "health": health,
+                "url": state.urls.get(child.name, ""),
+            }
+        )
+    if as_json:
+        out.print_json(data={"running": True, "services": rows})
+        return
+    table = Table(title=f"k3stack — {ddir}")
+    for col in ("process", "pid", "alive", "health", "url"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["name"],
+            str(r["pid"]),
+            "yes" if r["alive"] else "[red]no[/]",
+            str(r["health"]),
+            r["url"],
+        )
+    out.print(table)
+
+
+@app.command()
+def logs(
+    service: Annotated[str, typer.Argument(help="Service name, e.g. model.")],
+    worker: Annotated[bool, typer.Option(help="Show the service's Celery worker log.")] = False,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Lines from the end.")] = 50,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
+    ] = False,
+    data_dir: Annotated[Path | None, typer.Option(help="Data directory of the stack.")] = None,
+) -> None:
+    """Print a service's log (or its worker's)."""
+    if service not in SERVICE_NAMES:
+        _fail(f"unknown service {service!r}; choose from {', '.join(SERVICE_NAMES)}")
+    ddir = _resolve_data_dir(data_dir)
+    path = ddir / "logs" / f"{service}{'-worker' if worker else ''}.log"
+    if not path.exists():
+        _fail(f"no log at {path}; has `k3stack up` run with this data dir?")
+    with open(path, "rb") as fh:
+        data = fh.read().decode(errors="replace").splitlines()
+        for line in data[-lines:]:
+            print(line)
+        while follow:
+            chunk = fh.read()
+            if chunk:
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            else:
+                time.sleep(0.3)
+
+
+@app.command()
+def demo(
+    data_dir: Annotated[Path | None, typer.Option(help="Data directory for the demo.")] = None,
+    keep: Annotated[bool, typer.Option(help="Leave the platform running afterwards.")] = False,
+) -> None:
+    """Start the platform, run the smoke flow across all five services, stop."""
+    from shared.demo import run_demo
+
+    raise typer.Exit(run_demo(data_dir, keep))
+
+
+@app.command("settings")
+def show_settings() -> None:
+    """List every K3STACK_* variable with its default and meaning."""
+    table = Table(title="k3stack settings (environment variables)")
+    for col in ("variable", "default", "meaning"):
+        table.add_column(col, overflow="fold")
+    for var, default, desc in settings_table():
+        table.add_row(var, default, desc)
+    out.print(table)
+
+
+if __name__ == "__main__":
+    app()
