@@ -1,0 +1,1 @@
+"""Helpers shared by k3stack's tests (real servers on loopback ports: see ``servers``)."""
