@@ -83,6 +83,7 @@ def _alembic_config(engine: Engine, migrations_dir: Path, service: str):  # type
 
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir))
+    cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("version_locations", str(migrations_dir / "versions"))
     cfg.attributes["engine"] = engine
     cfg.attributes["version_table"] = f"alembic_version_{service}"

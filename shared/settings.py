@@ -103,7 +103,6 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
         env_nested_delimiter=NESTED_DELIMITER,
-        env_file=os.environ.get("K3STACK_ENV_FILE", ".env"),
         extra="ignore",
         validate_default=True,
     )
@@ -194,8 +193,9 @@ def _env_name(loc: tuple[Any, ...]) -> str:
 
 def load_settings(**overrides: Any) -> Settings:
     """Read the settings; a bad value raises :class:`SettingsError` naming its variable."""
+    env_file = os.environ.get("K3STACK_ENV_FILE", ".env")
     try:
-        return Settings(**overrides)
+        return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

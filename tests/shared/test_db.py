@@ -1,0 +1,73 @@
+"""Per-service migrations on SQLite and on the real PostgreSQL of this machine."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, text
+
+from shared.db import ServiceDatabase, make_engine
+
+REPO = Path(__file__).resolve().parents[2]
+VERIFIER = REPO / "services/verifier/migrations"
+TOOLS = REPO / "services/tools/migrations"
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture
+def pg_url():
+    """A throwaway database on the local PostgreSQL server."""
+    admin = make_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    name = f"k3test_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for deployed-mode tests: {exc}")
+    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _check_two_services_share_one_database(url: str) -> None:
+    verifier = ServiceDatabase("verifier", url, VERIFIER)
+    tools = ServiceDatabase("tools", url, TOOLS)
+    verifier.migrate()
+    tools.migrate()
+    tools.migrate()  # idempotent
+    names = set(inspect(verifier.engine).get_table_names())
+    assert {"verifier_jobs", "tools_worlds", "tools_actions"} <= names
+    # Each history records its own head in its own version table.
+    assert {"alembic_version_verifier", "alembic_version_tools"} <= names
+    assert verifier.revision() == "v0001"
+    assert tools.revision() is not None and tools.revision() != "v0001"
+    assert verifier.ping()["dialect"] == verifier.engine.dialect.name
+    verifier.close()
+    tools.close()
+
+
+def test_migrations_on_sqlite(tmp_path):
+    _check_two_services_share_one_database(f"sqlite:///{tmp_path / 'nested' / 'k3.db'}")
+
+
+def test_migrations_on_postgresql(pg_url):
+    _check_two_services_share_one_database(pg_url)
+
+
+def test_session_rolls_back_on_error(tmp_path):
+    db = ServiceDatabase("verifier", f"sqlite:///{tmp_path / 'k3.db'}", VERIFIER)
+    db.migrate()
+    with pytest.raises(RuntimeError):
+        with db.session() as s:
+            s.execute(
+                text(
+                    "INSERT INTO verifier_jobs (id, kind, created_at, payload) "
+                    "VALUES ('a', 'echo', CURRENT_TIMESTAMP, '{}')"
+                )
+            )
+            raise RuntimeError("abort")
+    with db.session() as s:
+        assert s.execute(text("SELECT count(*) FROM verifier_jobs")).scalar() == 0
