@@ -7,13 +7,14 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help
+.PHONY: demo test setup system venv lint format bench clean help docs
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
 	@echo "make test   - install what is missing, run lint and the whole test suite"
 	@echo "make setup  - only install (system packages + virtualenv)"
 	@echo "make bench  - run the benchmark scripts under bench/"
+	@echo "make docs   - regenerate the README configuration table"
 
 setup: system venv
 
@@ -48,3 +49,6 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+docs: venv
+	$(PY) -m shared.settings --readme README.md

@@ -235,7 +235,29 @@ def _show_default(value: Any) -> str:
     return str(value)
 
 
+def markdown_table() -> str:
+    """The settings table as Markdown (the README embeds it between settings markers)."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{var}` | `{default}` | {desc} |" for var, default, desc in settings_table()]
+    return "\n".join(lines)
+
+
+README_MARKERS = ("<!-- settings:begin -->", "<!-- settings:end -->")
+
+
+def write_readme_table(path: Path) -> None:
+    """Replace the table between the settings markers of ``path``."""
+    text = path.read_text()
+    begin, end = README_MARKERS
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{begin}\n{markdown_table()}\n{end}{tail}")
+
+
 if __name__ == "__main__":
-    print("| variable | default | meaning |\n|---|---|---|")
-    for var, default, desc in settings_table():
-        print(f"| `{var}` | `{default}` | {desc} |")
+    import sys
+
+    if sys.argv[1:2] == ["--readme"]:
+        write_readme_table(Path(sys.argv[2] if len(sys.argv) > 2 else "README.md"))
+    else:
+        print(markdown_table())

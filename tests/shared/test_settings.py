@@ -103,3 +103,14 @@ def test_unknown_service_section_is_an_error():
 def test_data_dir_expands_user(monkeypatch):
     monkeypatch.setenv("K3STACK_DATA_DIR", "~/k3-test-dir")
     assert load_settings().data_dir == Path.home() / "k3-test-dir"
+
+
+def test_readme_configuration_table_is_current():
+    from shared.settings import README_MARKERS, markdown_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    begin, end = README_MARKERS
+    embedded = readme.split(begin, 1)[1].split(end, 1)[0].strip()
+    assert embedded == markdown_table(), (
+        "README's settings table is stale: run `python -m shared.settings --readme README.md`"
+    )
