@@ -1,0 +1,149 @@
+"""Helpers for the Slack / Notion / Calendar / MCP tests (imported explicitly, not a conftest).
+
+One tools app over one SQLite file serves a whole test module; each test gets a fresh world
+(worlds are isolated, so that is a clean slate) and seeds it through the apps' ``actions``::
+
+    from tests.tools.apps_conftest import live_server, make_world, tools_app, world_ctx
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from fastapi import APIRouter, FastAPI
+from fastapi.testclient import TestClient
+
+from services.tools.context import WorldContext, open_world, token_digest
+from services.tools.models import WorldRow
+from shared.app import create_app as create_service_app
+from shared.db import ServiceDatabase
+from shared.settings import Settings
+
+MIGRATIONS = Path(__file__).resolve().parents[2] / "services" / "tools" / "migrations"
+CLOCK = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday, 09:00 UTC
+
+
+def app_routers() -> list[APIRouter]:
+    from services.tools.apps.calendar.routes import router as calendar
+    from services.tools.apps.notion.routes import router as notion
+    from services.tools.mcp.routes import router as mcp
+
+    from services.tools.apps.slack.routes import router as slack
+
+    return [slack, notion, calendar, mcp]
+
+
+@contextmanager
+def tools_app(tmp: Path, routers: Sequence[APIRouter] | None = None) -> Iterator[FastAPI]:
+    """The tools service's app factory with the app routers mounted, migrated and started."""
+    db = ServiceDatabase("tools", f"sqlite:///{tmp / 'tools.db'}", MIGRATIONS)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db.migrate()
+        _add_lagging_core_columns(db)  # TEMP: until the core's migration catches up
+        app.state.db = db
+        yield
+        db.close()
+
+    app = create_service_app(
+        "tools",
+        public_routers=list(routers if routers is not None else app_routers()),
+        lifespan=lifespan,
+        settings=Settings(),
+    )
+    with TestClient(app):  # runs the lifespan
+        yield app
+
+
+def _add_lagging_core_columns(db: ServiceDatabase) -> None:
+    from sqlalchemy import inspect, text
+
+    have = {c["name"] for c in inspect(db.engine).get_columns("tools_worlds")}
+    with db.engine.begin() as conn:
+        for col in WorldRow.__table__.columns:
+            if col.name not in have:
+                kind = col.type.compile(db.engine.dialect)
+                conn.execute(text(f"ALTER TABLE tools_worlds ADD COLUMN {col.name} {kind}"))
+
+
+@dataclass
+class World:
+    id: str
+    token: str
+    client: TestClient
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+def make_world(app: FastAPI, seed: int = 0, clock: datetime = CLOCK) -> World:
+    """Insert a world row directly (the worlds API is the core's; these tests need only a row)."""
+    token = secrets.token_urlsafe(24)
+    wid = uuid.uuid4().hex
+    with app.state.db.session() as s:
+        s.add(
+            WorldRow(
+                id=wid,
+                scenario="test",
+                seed=seed,
+                created_at=clock,
+                token_sha256=token_digest(token),
+                clock=clock,
+                id_counter=0,
+            )
+        )
+    client = TestClient(app, headers={"Authorization": f"Bearer {token}"})
+    return World(id=wid, token=token, client=client)
+
+
+@contextmanager
+def world_ctx(app: FastAPI, world_id: str, actor: str = "scenario") -> Iterator[WorldContext]:
+    """A committed context over a world, for seeding through the apps' actions."""
+    with app.state.db.session() as s, open_world(s, world_id, actor=actor) as ctx:
+        yield ctx
+
+
+def set_clock(app: FastAPI, world_id: str, when: datetime) -> None:
+    with app.state.db.session() as s:
+        s.get(WorldRow, world_id).clock = when
+
+
+@contextmanager
+def live_server(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
+    import uvicorn
+
+    from tests.helpers.servers import free_port
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        try:
+            httpx.get(url + "/health", timeout=1)
+            break
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
