@@ -24,6 +24,7 @@ sha256 in object metadata when the length was known up front. A local key cannot
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -412,31 +413,47 @@ class LocalObjectStore(ObjectStore):
         return self._info(key, st, digest.hexdigest())
 
     def _move_into_place(self, tmp: str, dest: Path, key: str) -> None:
-        for _ in range(5):  # a concurrent delete may prune the folder between mkdir and rename
+        # A concurrent delete may prune a folder of dest between our mkdir and our rename (or
+        # inside makedirs): every such step just retries.
+        for _ in range(100):
             try:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise ValueError(
-                    f"object key {key!r} conflicts with an existing object that is one of its "
-                    "folders (the local store cannot hold both 'a' and 'a/b')"
-                ) from None
-            try:
+                os.makedirs(dest.parent, exist_ok=True)
                 os.replace(tmp, dest)
             except FileNotFoundError:
                 continue
-            except (IsADirectoryError, NotADirectoryError):
-                raise ValueError(
-                    f"object key {key!r} conflicts with existing objects under {key + '/'!r} "
-                    "(the local store cannot hold both 'a' and 'a/b')"
-                ) from None
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                self._raise_if_conflict(dest, key)
+                continue
             if self.fsync:
-                dir_fd = os.open(dest.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                with contextlib.suppress(FileNotFoundError):
+                    dir_fd = os.open(dest.parent, os.O_RDONLY)
+                    try:
+                        os.fsync(dir_fd)
+                    finally:
+                        os.close(dir_fd)
             return
         raise OSError(f"could not move {key!r} into place: its folder kept disappearing")
+
+    def _raise_if_conflict(self, dest: Path, key: str) -> None:
+        """ValueError when ``key`` cannot exist beside the objects already stored."""
+        if dest.is_dir():
+            raise ValueError(
+                f"object key {key!r} conflicts with existing objects under {key + '/'!r} "
+                "(the local store cannot hold both 'a' and 'a/b')"
+            )
+        folder = self.root
+        for part in key.split("/")[:-1]:
+            folder = folder / part
+            try:
+                mode = os.lstat(folder).st_mode
+            except FileNotFoundError:
+                return  # pruned meanwhile: the caller retries
+            if not stat_mod.S_ISDIR(mode):
+                raise ValueError(
+                    f"object key {key!r} conflicts with the existing object "
+                    f"{str(folder.relative_to(self.root))!r}, which would have to be a folder "
+                    "(the local store cannot hold both 'a' and 'a/b')"
+                )
 
     def open(self, key: str) -> ObjectReader:
         path = self._path(key)
@@ -487,6 +504,8 @@ class LocalObjectStore(ObjectStore):
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         _validate_prefix(prefix)
+        if prefix.split("/", 1)[0] == _TMP_DIR and "/" in prefix:
+            return iter(())
         # Start in the deepest folder the prefix names; keys in it share that folder's path.
         base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
         start = self.root.joinpath(*base.split("/")[:-1]) if base else self.root

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import threading
 import tracemalloc
 import uuid
@@ -351,6 +353,41 @@ def test_local_store_specifics(tmp_path):
     with pytest.raises(ValueError):
         store.put("x", io.BytesIO(b"123"), length=5)
     assert not list((tmp_path / "objs" / ".k3stack-tmp").iterdir())
+
+
+_PROCESS_WORKER = """
+import sys
+from shared.objectstore import LocalObjectStore
+store = LocalObjectStore(sys.argv[1])
+me = sys.argv[2]
+for i in range(150):
+    folder = f"shared/{i % 3}"
+    store.put(f"{folder}/{me}", me.encode() * 1000)  # races deletes pruning the same folder
+    assert store.get(f"{folder}/{me}") == me.encode() * 1000
+    store.put_content_addressed(b"same page for everyone")
+    store.put("one/key", me.encode() * 5000)
+    store.delete(f"{folder}/{me}")
+"""
+
+
+def test_local_store_is_safe_across_processes(tmp_path):
+    root = tmp_path / "objs"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS_WORKER, str(root), name], stderr=subprocess.PIPE
+        )
+        for name in "abc"
+    ]
+    errors = [p.communicate(timeout=60)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    store = LocalObjectStore(root)
+    assert store.get("one/key") in (b"a" * 5000, b"b" * 5000, b"c" * 5000)
+    assert [i.key for i in store.list()] == [
+        store.content_key(b"same page for everyone"),
+        "one/key",
+    ]
+    assert not list((root / ".k3stack-tmp").iterdir())
+    assert list(store.list(".k3stack-tmp/")) == []
 
 
 # -------------------------------------------------------------------- backend selection
