@@ -1,0 +1,136 @@
+"""Gated MLA without position encoding (report §2.1.2).
+
+Per token the cache holds the latent ``[c_kv (kv_lora_rank, after kv_a_layernorm) |
+k_pe (qk_rope_head_dim)]``; ``k_pe`` keeps Kimi Linear's checkpoint layout but is never
+rotated (NoPE), so it is simply a head-shared key part. Keys and values are
+reconstructed from the latent by ``kv_b_proj``. The output gate is full rank:
+``y = W_o [sigmoid(W_g x) * o]``.
+
+Two ways to attend from the latent cache, same result:
+
+- :func:`mla_attend_recompute`: up-project every cached latent to per-head k, v (prefill,
+  and the reference);
+- :func:`mla_attend_absorbed`: fold ``W_uk`` into the query and ``W_uv`` into the output
+  so attention runs in the latent space (decode: no per-token up-projection).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import K3Config
+from .norm import RMSNorm
+
+__all__ = ["GatedMLA", "mla_attend_recompute", "mla_attend_absorbed"]
+
+
+def _causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
+    """``[T, S]`` True where query ``i`` (absolute position ``S - T + i``) may see key ``j``."""
+    qpos = torch.arange(s - t, s, device=device)[:, None]
+    return torch.arange(s, device=device)[None, :] <= qpos
+
+
+def mla_attend_recompute(
+    q: torch.Tensor, latent: torch.Tensor, kv_b: torch.Tensor, dims: tuple[int, int, int, int]
+) -> torch.Tensor:
+    """Attention of ``q [B, T, H, nope+rope]`` over ``latent [B, S, r+rope]`` (last T are the queries').
+
+    ``kv_b`` is ``kv_b_proj.weight [H*(nope+v), r]``; ``dims = (r, nope, rope, v)``.
+    Returns ``o [B, T, H, v]`` (fp32).
+    """
+    r, nope, rope, dv = dims
+    b, t, h, _ = q.shape
+    s = latent.shape[1]
+    c, k_pe = latent.float().split((r, rope), dim=-1)
+    kv = (c @ kv_b.float().t()).view(b, s, h, nope + dv)
+    k_nope, v = kv.split((nope, dv), dim=-1)
+    k = torch.cat((k_nope, k_pe[:, :, None, :].expand(b, s, h, rope)), dim=-1)
+    scale = (nope + rope) ** -0.5
+    scores = torch.einsum("bthd,bshd->bhts", q.float(), k) * scale
+    scores = scores.masked_fill(~_causal_mask(t, s, q.device), float("-inf"))
+    return torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v)
+
+
+def mla_attend_absorbed(
+    q: torch.Tensor, latent: torch.Tensor, kv_b: torch.Tensor, dims: tuple[int, int, int, int]
+) -> torch.Tensor:
+    """Same contract as :func:`mla_attend_recompute`, computed in the latent space."""
+    r, nope, rope, dv = dims
+    b, t, h, _ = q.shape
+    s = latent.shape[1]
+    w = kv_b.float().view(h, nope + dv, r)
+    w_uk, w_uv = w[:, :nope], w[:, nope:]  # [H, nope, r], [H, v, r]
+    c, k_pe = latent.float().split((r, rope), dim=-1)
+    q_nope, q_pe = q.float().split((nope, rope), dim=-1)
+    q_lat = torch.einsum("bthn,hnr->bthr", q_nope, w_uk)  # query in latent space
+    scale = (nope + rope) ** -0.5
+    scores = torch.einsum("bthr,bsr->bhts", q_lat, c) + torch.einsum("bthp,bsp->bhts", q_pe, k_pe)
+    scores = (scores * scale).masked_fill(~_causal_mask(t, s, q.device), float("-inf"))
+    o_lat = torch.einsum("bhts,bsr->bthr", scores.softmax(-1), c)
+    return torch.einsum("bthr,hvr->bthv", o_lat, w_uv)
+
+
+class GatedMLA(nn.Module):
+    """Gated multi-head latent attention, NoPE. Names follow Kimi Linear's MLA ``self_attn``."""
+
+    def __init__(self, config: K3Config) -> None:
+        super().__init__()
+        d, h = config.hidden_size, config.num_attention_heads
+        self.num_heads = h
+        self.dims = (
+            config.kv_lora_rank,
+            config.qk_nope_head_dim,
+            config.qk_rope_head_dim,
+            config.v_head_dim,
+        )
+        qk = config.qk_nope_head_dim + config.qk_rope_head_dim
+        self.q_lora_rank = config.q_lora_rank
+        if config.q_lora_rank:
+            self.q_a_proj = nn.Linear(d, config.q_lora_rank, bias=False)
+            self.q_a_layernorm = RMSNorm(config.q_lora_rank, 1e-6)
+            self.q_b_proj = nn.Linear(config.q_lora_rank, h * qk, bias=False)
+        else:
+            self.q_proj = nn.Linear(d, h * qk, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(d, config.mla_latent_dim, bias=False)
+        self.kv_a_layernorm = RMSNorm(config.kv_lora_rank, 1e-6)
+        self.kv_b_proj = nn.Linear(
+            config.kv_lora_rank, h * (config.qk_nope_head_dim + config.v_head_dim), bias=False
+        )
+        self.o_proj = nn.Linear(h * config.v_head_dim, d, bias=False)
+        self.use_gate = config.mla_use_output_gate
+        if self.use_gate:
+            self.g_proj = nn.Linear(d, h * config.v_head_dim, bias=False)
+
+    def query(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, T, d]`` -> ``q [B, T, H, nope+rope]``."""
+        b, t, _ = x.shape
+        if self.q_lora_rank:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        else:
+            q = self.q_proj(x)
+        return q.view(b, t, self.num_heads, -1)
+
+    def latent(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, T, d]`` -> the cache entry ``[B, T, r + rope]`` (normalised c_kv | k_pe)."""
+        r = self.dims[0]
+        c, k_pe = self.kv_a_proj_with_mqa(x).split((r, self.dims[2]), dim=-1)
+        return torch.cat((self.kv_a_layernorm(c), k_pe), dim=-1)
+
+    def output(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """Gate and project ``o [B, T, H, v]`` -> ``[B, T, d]``."""
+        b, t = x.shape[:2]
+        o = o.reshape(b, t, -1).to(x.dtype)
+        if self.use_gate:
+            o = torch.sigmoid(self.g_proj(x)) * o
+        return self.o_proj(o)
+
+    def forward(
+        self, x: torch.Tensor, past_latent: torch.Tensor | None = None, *, absorbed: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [B, T, d]`` after ``past_latent [B, P, r+rope]`` -> ``(y [B, T, d], new latent [B, T, r+rope])``."""
+        new = self.latent(x)
+        full = new if past_latent is None else torch.cat((past_latent.to(new.dtype), new), dim=1)
+        attend = mla_attend_absorbed if absorbed else mla_attend_recompute
+        o = attend(self.query(x), full, self.kv_b_proj.weight, self.dims)
+        return self.output(x, o), new
