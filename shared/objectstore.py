@@ -753,10 +753,9 @@ class S3ObjectStore(ObjectStore):
             pass
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        _validate_prefix(prefix)
-        for obj in self.client.list_objects(self.bucket, prefix=prefix or None, recursive=True):
-            if not obj.is_dir:
-                yield self._info(obj)
+        _validate_prefix(prefix)  # now, not at the first next()
+        objects = self.client.list_objects(self.bucket, prefix=prefix or None, recursive=True)
+        return (self._info(obj) for obj in objects if not obj.is_dir)
 
     def put_many_content_addressed(self, items: Iterable[bytes], prefix: str = "cas/") -> list[str]:
         """Checks and uploads run on ``cas_threads`` threads, a bounded window at a time."""

@@ -172,6 +172,9 @@ def test_list_by_prefix_sorted_recursive(store):
     assert [i.key for i in store.list("a")] == ["a-b", "a/1", "a/10", "a/2/x", "a/2/y", "ab"]
     assert [i.key for i in store.list("a/2/")] == ["a/2/x", "a/2/y"]
     assert list(store.list("nothing/")) == []
+    for bad in ("/a", "a/../b", "a\x00"):
+        with pytest.raises(ValueError, match="prefix"):
+            store.list(bad)  # refused at the call, before iterating
     sizes = {i.key: i.size for i in store.list()}
     assert sizes == {k: len(k) for k in keys}
 
