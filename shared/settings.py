@@ -56,9 +56,60 @@ class ModelSettings(ServiceSettings):
     )
     preset: str = Field("tiny", description="Model preset the reference engine serves.")
     served_model_name: str = Field("k3-tiny", description="Model id reported by /v1/models.")
-    upstream_url: str | None = Field(None, description="Endpoint the `openai` engine forwards to.")
+    upstream_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL (e.g. http://host:8000/v1) the `openai` engine "
+        "forwards to; `sglang` attaches to it instead of launching; `replay` records misses "
+        "from it.",
+    )
     checkpoint: Path | None = Field(
         None, description="Safetensors checkpoint directory; random weights when unset."
+    )
+    tokenizer: Path | None = Field(
+        None,
+        description="Tokenizer file or directory (tiktoken.model or tokenizer.json); default: "
+        "the checkpoint's own, else the BPE shipped for the tiny presets.",
+    )
+    device: str = Field("cpu", description="Torch device of the reference engine (cpu, cuda).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Activation / cache dtype of the reference engine."
+    )
+    seed: int = Field(0, description="Seed of the random weights when no checkpoint is set.")
+    num_threads: int = Field(
+        0, ge=0, le=256, description="Torch CPU threads of the reference engine (0 = default)."
+    )
+    max_num_seqs: int = Field(
+        16, ge=1, le=4096, description="Requests decoded together (state slots in the pools)."
+    )
+    max_num_batched_tokens: int = Field(
+        256, ge=1, description="Token budget of one engine step (decodes + prefill chunks)."
+    )
+    max_pool_tokens: int = Field(
+        32768, ge=16, description="Latent KV cache capacity in tokens, over all requests."
+    )
+    max_model_len: int = Field(
+        8192, ge=0, description="Most tokens (prompt + output) per request (0 = pool capacity)."
+    )
+    default_max_tokens: int = Field(
+        0, ge=0, description="max_tokens when a request gives none (0 = up to the context)."
+    )
+    upstream_model: str | None = Field(
+        None, description="Model id sent upstream by openai/sglang (default served_model_name)."
+    )
+    upstream_api_key: str | None = Field(
+        None, description="Bearer key for the upstream endpoint of the openai engine."
+    )
+    replay_file: Path | None = Field(
+        None, description="JSONL trajectory the `replay` engine answers from."
+    )
+    sglang_args: str = Field(
+        "", description="Extra flags for `python -m sglang.launch_server` (shell syntax)."
+    )
+    sglang_port: int = Field(
+        30000, ge=1, le=65535, description="Port of the SGLang server the sglang engine launches."
+    )
+    startup_timeout_s: float = Field(
+        900.0, gt=0, description="How long the sglang engine waits for its server to be ready."
     )
 
 
