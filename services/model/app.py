@@ -1,44 +1,78 @@
-"""Model service: OpenAI-compatible serving of the K3 architecture (engines come in issue 5)."""
+"""Model service: OpenAI-compatible serving of the K3 architecture.
+
+The engine behind the API is chosen by ``K3STACK_MODEL__ENGINE`` (see
+:mod:`services.model.serving.backends`) and starts in the app's lifespan: the port opens once the
+model is loaded (or the upstream is reached), and a backend that cannot start stops the service
+with its reason rather than serving errors.
+"""
 
 from __future__ import annotations
 
-import time
-from typing import Literal
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
-from pydantic import BaseModel
+from fastapi import FastAPI
+from prometheus_client import Gauge
 
+from services.model.serving.backends import Backend, create_backend
+from services.model.serving.routes import install_openai_errors, router
 from shared.app import create_app as create_service_app
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["models"])
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "k3stack"
+log = logging.getLogger("k3stack.model")
 
 
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
+def _engine_gauges(app: FastAPI) -> None:
+    """Queue depths and token counters of the reference engine, read at scrape time."""
+    metrics = app.state.metrics
+
+    def reading(key: str):  # type: ignore[no-untyped-def]
+        def read() -> float:
+            return float(app.state.backend.health().get(key, 0))
+
+        return read
+
+    for key, doc in (
+        ("running", "Requests being decoded."),
+        ("waiting", "Requests waiting for admission."),
+        ("generated_tokens", "Tokens generated since start."),
+        ("computed_tokens", "Tokens run through the model since start."),
+        ("preemptions", "Requests preempted for memory since start."),
+    ):
+        gauge = Gauge(f"k3stack_model_engine_{key}", doc, registry=metrics.registry)
+        gauge.set_function(reading(key))
 
 
-@router.get("/v1/models", response_model=ModelList, operation_id="listModels")
-def list_models(request: Request) -> ModelList:
-    """The models this service serves, in OpenAI's shape."""
-    s = request.app.state.settings.model
-    return ModelList(data=[ModelCard(id=s.served_model_name, created=request.app.state.started)])
+def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
+    """Build the service; ``backend`` overrides the one the settings choose (tests)."""
+    settings = settings or get_settings()
+    chosen = backend or create_backend(settings.model)
 
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await chosen.start()
+            app.state.ready = True
+            yield
+        finally:
+            app.state.ready = False
+            await chosen.stop()
 
-def create_app() -> FastAPI:
+    def engine_health() -> dict[str, Any]:
+        return chosen.health()
+
     app = create_service_app(
         "model",
         routers=[router],
-        settings=get_settings(),
-        description="OpenAI-compatible serving of the K3 architecture.",
+        settings=settings,
+        lifespan=lifespan,
+        health_checks={"engine": engine_health},
+        description=f"OpenAI-compatible serving of the K3 architecture (engine: {chosen.name}).",
     )
-    app.state.started = int(time.time())
+    app.state.backend = chosen
+    app.state.ready = False
+    install_openai_errors(app)
+    _engine_gauges(app)
     return app

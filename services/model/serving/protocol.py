@@ -1,0 +1,400 @@
+"""OpenAI-compatible request and response models (pydantic v2), shared by every backend.
+
+Requests ignore fields they do not know (clients send many optional ones) but reject values they
+cannot honour with a message naming the field, rather than silently doing something else.
+Responses allow extra fields, so a forwarded upstream answer keeps whatever it carried.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# ----- errors ------------------------------------------------------------------------------------
+
+
+class OpenAIErrorBody(BaseModel):
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIErrorResponse(BaseModel):
+    """OpenAI's error envelope, used by every ``/v1`` route for 4xx and 5xx answers."""
+
+    error: OpenAIErrorBody
+
+
+class OpenAIError(Exception):
+    """Raise from a backend or route to answer with :class:`OpenAIErrorResponse`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or _TYPE_BY_STATUS.get(status, "api_error")
+        self.param = param
+        self.code = code
+
+    def body(self) -> OpenAIErrorResponse:
+        return OpenAIErrorResponse(
+            error=OpenAIErrorBody(
+                message=self.message, type=self.type, param=self.param, code=self.code
+            )
+        )
+
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+}
+
+# ----- shared pieces ------------------------------------------------------------------------------
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionDef(_Request):
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(_Request):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class FunctionCall(_Request):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(_Request):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ContentPart(_Request):
+    type: str = "text"
+    text: str | None = None
+
+
+class ChatMessage(_Request):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _check_role_fields(self) -> ChatMessage:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a 'tool' message needs tool_call_id")
+        if self.role in ("system", "developer", "user") and self.content is None:
+            raise ValueError(f"a {self.role!r} message needs content")
+        return self
+
+
+class JSONSchemaFormat(_Request):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Request):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs json_schema")
+        return self
+
+
+class StreamOptions(_Request):
+    include_usage: bool = False
+
+
+class PromptTokensDetails(_Response):
+    cached_tokens: int = 0
+
+
+class CompletionTokensDetails(_Response):
+    reasoning_tokens: int = 0
+
+
+class Usage(_Response):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None
+
+
+class _SamplingFields(_Request):
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    n: int = Field(1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
+        items = [v] if isinstance(v, str) else (v or [])
+        if len(items) > 16:
+            raise ValueError("at most 16 stop sequences")
+        if any(not s for s in items):
+            raise ValueError("stop sequences must be non-empty")
+        return v
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError("only n=1 is supported")
+        return v
+
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+# ----- chat completions -----------------------------------------------------------------------------
+
+ReasoningEffort = Literal["none", "low", "high", "max"]
+
+
+class ChatCompletionRequest(_SamplingFields):
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    reasoning_effort: ReasoningEffort | None = Field(
+        None,
+        description="Thinking mode with this effort (low, high, max); 'none' = instruct mode.",
+    )
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, v: bool | None) -> bool | None:
+        if v:
+            raise ValueError("logprobs are not supported")
+        return v
+
+    @model_validator(mode="after")
+    def _tool_choice_needs_tools(self) -> ChatCompletionRequest:
+        if isinstance(self.tool_choice, NamedToolChoice) or self.tool_choice == "required":
+            if not self.tools:
+                raise ValueError("tool_choice needs tools")
+        return self
+
+    def effective_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class ChatCompletionMessage(_Response):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChatChoice(_Response):
+    index: int = 0
+    message: ChatCompletionMessage
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class ChatCompletion(_Response):
+    id: str = Field(default_factory=lambda: new_id("chatcmpl"))
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class FunctionCallDelta(_Response):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(_Response):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta | None = None
+
+
+class ChatDelta(_Response):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChatChunkChoice(_Response):
+    index: int = 0
+    delta: ChatDelta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(_Response):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+# ----- completions ------------------------------------------------------------------------------------
+
+
+class CompletionRequest(_SamplingFields):
+    model: str | None = None
+    prompt: str | list[int] | list[str] = Field(
+        description="A string (XTML markers in it become special tokens) or token ids."
+    )
+    echo: bool = False
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _single_prompt(cls, v: str | list[int] | list[str]) -> str | list[int] | list[str]:
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            if len(v) != 1:
+                raise ValueError("only one prompt per request is supported")
+        if isinstance(v, list) and not v:
+            raise ValueError("prompt must not be empty")
+        return v
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, v: int | None) -> int | None:
+        if v:
+            raise ValueError("logprobs are not supported")
+        return v
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("suffix is not supported")
+        return v
+
+
+class CompletionChoice(_Response):
+    index: int = 0
+    text: str
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class Completion(_Response):
+    id: str = Field(default_factory=lambda: new_id("cmpl"))
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+# ----- models and tokenize ----------------------------------------------------------------------------------
+
+
+class ModelCard(_Response):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "k3stack"
+    max_model_len: int | None = None
+
+
+class ModelList(_Response):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class TokenizeRequest(_Request):
+    """Either ``prompt`` (raw text) or ``messages`` (rendered through the chat template)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    tools: list[ToolDef] | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = Field(
+        True, description="For prompt: turn XTML marker text into special tokens."
+    )
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of prompt or messages")
+        return self
+
+
+class TokenizeResponse(_Response):
+    tokens: list[int]
+    count: int
+    max_model_len: int | None = None
+    text: str | None = Field(None, description="The rendered prompt (for messages).")

@@ -1,0 +1,191 @@
+"""The OpenAI-compatible routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
+``/v1/tokenize``. Every 4xx/5xx on ``/v1`` uses OpenAI's error envelope
+(``{"error": {"message", "type", "param", "code"}}``), which the official clients parse; the rest
+of the service keeps the project's shared error body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from services.model.serving.backends.base import Backend
+from services.model.serving.protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    ModelList,
+    OpenAIError,
+    OpenAIErrorResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from shared.errors import APIError
+
+log = logging.getLogger("k3stack.model.api")
+
+V1 = "/v1"
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": OpenAIErrorResponse, "description": "Malformed request"},
+    404: {"model": OpenAIErrorResponse, "description": "Unknown model"},
+    500: {"model": OpenAIErrorResponse, "description": "Engine error"},
+}
+_SSE = {"text/event-stream": {"schema": {"type": "string"}}}
+
+router = APIRouter(tags=["openai"])
+
+
+def _backend(request: Request) -> Backend:
+    return request.app.state.backend
+
+
+def _sse_line(obj: BaseModel | dict[str, Any] | str) -> str:
+    if isinstance(obj, BaseModel):
+        data = obj.model_dump_json(exclude_none=True)
+    elif isinstance(obj, dict):
+        data = json.dumps(obj)
+    else:
+        data = obj
+    return f"data: {data}\n\n"
+
+
+async def _event_stream(agen: AsyncIterator[BaseModel]) -> StreamingResponse:
+    """Start ``agen`` so request errors still answer 4xx, then stream it as server-sent events."""
+    try:
+        first = await agen.__anext__()
+    except StopAsyncIteration:
+        first = None
+
+    async def body() -> AsyncIterator[str]:
+        try:
+            if first is not None:
+                yield _sse_line(first)
+            async for item in agen:
+                yield _sse_line(item)
+        except OpenAIError as exc:
+            yield _sse_line(exc.body().model_dump())
+        except Exception as exc:  # noqa: BLE001 - a stream cannot change its status any more
+            log.exception("stream failed")
+            yield _sse_line(
+                OpenAIError(500, f"stream failed: {exc}", type="server_error").body().model_dump()
+            )
+        finally:
+            await agen.aclose()  # type: ignore[attr-defined]
+        yield _sse_line("[DONE]")
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    response_model_exclude_none=True,
+    responses={**_ERRORS, 200: {"content": _SSE, "description": "JSON, or SSE when stream"}},
+    operation_id="createChatCompletion",
+)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
+    """Chat with tools, reasoning and streaming, as OpenAI's endpoint of the same name."""
+    backend = _backend(request)
+    backend.check_model(body.model)
+    if body.stream:
+        return await _event_stream(backend.chat_stream(body))
+    return await backend.chat(body)
+
+
+@router.post(
+    "/v1/completions",
+    response_model=Completion,
+    response_model_exclude_none=True,
+    responses={**_ERRORS, 200: {"content": _SSE, "description": "JSON, or SSE when stream"}},
+    operation_id="createCompletion",
+)
+async def create_completion(body: CompletionRequest, request: Request) -> Any:
+    """Raw completion of a prompt (XTML markers in the text become special tokens)."""
+    backend = _backend(request)
+    backend.check_model(body.model)
+    if body.stream:
+        return await _event_stream(backend.completion_stream(body))
+    return await backend.completion(body)
+
+
+@router.get("/v1/models", response_model=ModelList, operation_id="listModels")
+async def list_models(request: Request) -> ModelList:
+    """The models this service serves, in OpenAI's shape."""
+    return ModelList(data=_backend(request).models())
+
+
+@router.post(
+    "/v1/tokenize",
+    response_model=TokenizeResponse,
+    response_model_exclude_none=True,
+    responses=_ERRORS,
+    operation_id="tokenize",
+)
+async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
+    """Token ids of a prompt, or of chat messages rendered through the XTML template."""
+    backend = _backend(request)
+    backend.check_model(body.model)
+    return await backend.tokenize(body)
+
+
+# ----- errors: OpenAI's envelope on /v1, the shared body elsewhere ----------------------------------
+
+
+def _openai_json(status: int, message: str, *, param: str | None = None, code: str | None = None):
+    err = OpenAIError(status, message, param=param, code=code)
+    return JSONResponse(err.body().model_dump(), status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    parts, param = [], None
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        # Drop pydantic's union-branch names (e.g. "str", "list[ContentPart]") from the path.
+        where = ".".join(p for p in loc if not any(c in p for c in "[]()") and p != "str")
+        param = param or (loc[0] if loc else None)
+        parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(dict.fromkeys(parts)), param
+
+
+def install_openai_errors(app: FastAPI) -> None:
+    """Answer errors on ``/v1`` paths in OpenAI's shape; defer to the shared handlers elsewhere."""
+    shared_validation = app.exception_handlers.get(RequestValidationError)
+    shared_http = app.exception_handlers.get(StarletteHTTPException)
+    shared_api = app.exception_handlers.get(APIError)
+
+    async def on_openai(_: Request, exc: OpenAIError) -> JSONResponse:
+        return JSONResponse(exc.body().model_dump(), status_code=exc.status)
+
+    async def on_validation(request: Request, exc: RequestValidationError):  # type: ignore[no-untyped-def]
+        if request.url.path.startswith(V1) or shared_validation is None:
+            message, param = _validation_message(exc)
+            return _openai_json(400, message, param=param)
+        return await shared_validation(request, exc)
+
+    async def on_http(request: Request, exc: StarletteHTTPException):  # type: ignore[no-untyped-def]
+        if request.url.path.startswith(V1) or shared_http is None:
+            return _openai_json(exc.status_code, str(exc.detail))
+        return await shared_http(request, exc)
+
+    async def on_api(request: Request, exc: APIError):  # type: ignore[no-untyped-def]
+        if request.url.path.startswith(V1) or shared_api is None:
+            return _openai_json(exc.status, exc.message, code=exc.error_code)
+        return await shared_api(request, exc)
+
+    app.add_exception_handler(OpenAIError, on_openai)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(APIError, on_api)  # type: ignore[arg-type]

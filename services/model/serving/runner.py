@@ -1,0 +1,132 @@
+"""The model runner: what the engine loop needs from a model, and the K3 implementation.
+
+The engine only sees :class:`ModelRunner` (allocate/free state, reserve room, run one ragged
+step), so the scheduler is independent of the architecture; :class:`K3Runner` binds it to
+``K3ForCausalLM`` and its ``StatePools``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from services.model.arch.state import PoolExhausted, RequestState, StatePools
+
+log = logging.getLogger("k3stack.model.runner")
+
+__all__ = ["K3Runner", "ModelRunner", "PoolExhausted"]
+
+
+class ModelRunner(Protocol):
+    """One model plus the pools its per-request state lives in."""
+
+    #: Logit columns the model produces.
+    vocab_size: int
+    #: Most tokens (prompt + output) one request can hold.
+    max_model_len: int
+
+    @property
+    def num_free_slots(self) -> int: ...
+
+    def allocate(self) -> Any:
+        """A fresh per-request state; raises :class:`PoolExhausted`."""
+        ...
+
+    def free(self, state: Any) -> None: ...
+
+    def reserve(self, state: Any, num_new_tokens: int) -> list[int]:
+        """Room for ``num_new_tokens`` more tokens (all or nothing); raises PoolExhausted."""
+        ...
+
+    def release(self, state: Any, taken: list[int]) -> None:
+        """Undo a :meth:`reserve` whose step will not run."""
+        ...
+
+    def forward(self, chunks: Sequence[Sequence[int]], states: Sequence[Any]) -> list[torch.Tensor]:
+        """Run one step; returns each request's logits at its last new position ``[vocab]``."""
+        ...
+
+
+class K3Runner:
+    """``K3ForCausalLM`` + ``StatePools`` behind :class:`ModelRunner`."""
+
+    def __init__(self, model: Any, pools: StatePools, *, max_model_len: int | None = None) -> None:
+        self.model = model
+        self.pools = pools
+        self.vocab_size = int(model.config.vocab_size)
+        capacity = pools.num_blocks * pools.block_size
+        self.max_model_len = min(max_model_len or capacity, capacity)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        preset: str = "tiny",
+        checkpoint: Path | None = None,
+        max_num_seqs: int = 16,
+        max_pool_tokens: int = 16384,
+        max_model_len: int | None = None,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+    ) -> K3Runner:
+        """Build the model (checkpoint weights, or random weights from ``seed``) and pools."""
+        from services.model.arch.config import K3Config
+        from services.model.arch.model import K3ForCausalLM
+
+        if checkpoint is not None:
+            model = _load_checkpoint(Path(checkpoint), device=device, dtype=dtype)
+            config = model.config
+        else:
+            config = K3Config.preset(preset)
+            torch.manual_seed(seed)
+            model = K3ForCausalLM(config)
+        model = model.to(device=device).eval()
+        pools = StatePools(config, max_num_seqs, max_pool_tokens, device=device, dtype=dtype)
+        log.info(
+            "model ready: preset=%s checkpoint=%s slots=%d pool_tokens=%d",
+            preset, checkpoint, max_num_seqs, pools.num_blocks * pools.block_size,
+        )  # fmt: skip
+        return cls(model, pools, max_model_len=max_model_len)
+
+    @property
+    def num_free_slots(self) -> int:
+        return self.pools.num_free_slots
+
+    def allocate(self) -> RequestState:
+        return self.pools.allocate()
+
+    def free(self, state: RequestState) -> None:
+        self.pools.free(state)
+
+    def reserve(self, state: RequestState, num_new_tokens: int) -> list[int]:
+        return self.pools.reserve(state, num_new_tokens)
+
+    def release(self, state: RequestState, taken: list[int]) -> None:
+        self.pools.release(state, taken)
+
+    @torch.inference_mode()
+    def forward(
+        self, chunks: Sequence[Sequence[int]], states: Sequence[RequestState]
+    ) -> list[torch.Tensor]:
+        device = self.pools.device
+        ids = [torch.tensor(list(c), dtype=torch.long, device=device) for c in chunks]
+        logits = self.model.forward_ragged(ids, list(states), self.pools)
+        return [lg[-1] for lg in logits]
+
+
+def _load_checkpoint(path: Path, *, device: str, dtype: torch.dtype) -> Any:
+    """Load a K3 safetensors checkpoint through the arch package's loader."""
+    try:
+        from services.model import checkpoint as ckpt
+    except ImportError as exc:
+        raise RuntimeError(f"checkpoint loading is unavailable: {exc}") from exc
+    for name in ("load_model", "load_checkpoint", "load"):
+        fn = getattr(ckpt, name, None)
+        if callable(fn):
+            return fn(path, device=device, dtype=dtype)
+    raise RuntimeError("services.model.checkpoint has no load_model(path, device, dtype)")

@@ -1,0 +1,225 @@
+"""Continuous-batching scheduler with chunked prefill.
+
+Each step builds one ragged batch under a token budget (``max_num_batched_tokens``):
+
+1. every running request that has finished its prefill gets its one decode token (decodes go
+   first, so time-per-output-token stays flat while new prompts arrive);
+2. running requests part-way through their prefill get their next chunk;
+3. waiting requests are admitted, first come first served, while the budget, the sequence limit
+   and the state pools allow, each with a first prefill chunk (asking the prefix cache, if any,
+   how much of the prompt it already holds).
+
+Admission waits rather than fails: a request that finds no free state slot or too few latent
+blocks stays at the head of the queue until a running request finishes. When a running decode
+cannot get a block, the most recently admitted other request is preempted (its state freed; it
+is re-queued at the front and recomputed from its tokens later), as vLLM does; a request alone
+always fits, because the engine rejects any request longer than the pools at submission.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.model.serving.prefix_cache import PrefixCache
+from services.model.serving.runner import ModelRunner, PoolExhausted
+
+log = logging.getLogger("k3stack.model.scheduler")
+
+
+@dataclass(eq=False)
+class SchedRequest:
+    """The scheduler's view of a request: its tokens and how many the state covers."""
+
+    request_id: str
+    prompt_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    state: Any = None
+    num_computed: int = 0
+    num_cached: int = 0  # prompt tokens the prefix cache supplied at first admission
+    num_preemptions: int = 0
+    admitted_once: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    def token(self, i: int) -> int:
+        n = len(self.prompt_ids)
+        return self.prompt_ids[i] if i < n else self.output_ids[i - n]
+
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_tokens - self.num_computed > 1 or not self.output_ids
+
+
+@dataclass
+class ScheduledChunk:
+    """Tokens of one request to run this step; ``samples`` = its last position is new."""
+
+    request: SchedRequest
+    token_ids: list[int]
+    reserved: list[int]
+
+    @property
+    def samples(self) -> bool:
+        return self.request.num_computed + len(self.token_ids) == self.request.num_tokens
+
+
+class Scheduler:
+    """Decides each step's batch; owns the waiting queue and the running list."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        prefix_cache: PrefixCache | None = None,
+        on_preempt: Callable[[SchedRequest], None] | None = None,
+    ) -> None:
+        if max_num_batched_tokens < max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least "
+                f"max_num_seqs ({max_num_seqs}) so every running request can decode each step"
+            )
+        self.runner = runner
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.prefix_cache = prefix_cache
+        self.on_preempt = on_preempt
+        self.waiting: deque[SchedRequest] = deque()
+        self.running: list[SchedRequest] = []
+        self.num_preemptions = 0
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, req: SchedRequest) -> None:
+        self.waiting.append(req)
+
+    def finish(self, req: SchedRequest) -> None:
+        """Drop ``req`` wherever it is and free its state."""
+        if req in self.running:
+            self.running.remove(req)
+        else:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        if req.state is not None:
+            if self.prefix_cache is not None and req.num_computed:
+                self.prefix_cache.on_finished(req.all_ids()[: req.num_computed], req.state)
+            self.runner.free(req.state)
+            req.state = None
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def schedule(self) -> list[ScheduledChunk]:
+        budget = self.max_num_batched_tokens
+        preemptions_before = self.num_preemptions
+        batch: list[ScheduledChunk] = []
+        scheduled: set[int] = set()
+
+        # 1. decodes
+        for req in list(self.running):
+            if req.is_prefilling or req.state is None or id(req) in scheduled:
+                continue
+            if budget <= 0:
+                break
+            taken = self._reserve_preempting(req, 1, scheduled)
+            if taken is None:
+                continue  # req itself was preempted
+            batch.append(ScheduledChunk(req, [req.token(req.num_computed)], taken))
+            scheduled.add(id(req))
+            budget -= 1
+
+        # 2. running prefills
+        for req in list(self.running):
+            if budget <= 0:
+                break
+            if not req.is_prefilling or id(req) in scheduled or req.state is None:
+                continue
+            chunk = self._chunk(req, budget)
+            try:
+                taken = self.runner.reserve(req.state, len(chunk))
+            except PoolExhausted:
+                continue  # wait for room; decodes free blocks as requests finish
+            batch.append(ScheduledChunk(req, chunk, taken))
+            scheduled.add(id(req))
+            budget -= len(chunk)
+
+        # 3. admissions (none in a step that had to preempt: memory is short)
+        if self.num_preemptions != preemptions_before:
+            return batch
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            if self.runner.num_free_slots <= 0:
+                break
+            try:
+                state = self.runner.allocate()
+            except PoolExhausted:
+                break
+            cached = 0
+            if self.prefix_cache is not None:
+                cached = self.prefix_cache.match(req.all_ids(), state)
+            req.state, req.num_computed = state, cached
+            chunk = self._chunk(req, budget)
+            try:
+                taken = self.runner.reserve(state, len(chunk))
+            except PoolExhausted:
+                self.runner.free(state)
+                req.state, req.num_computed = None, 0
+                break
+            self.waiting.popleft()
+            if not req.admitted_once:
+                req.num_cached, req.admitted_once = cached, True
+            self.running.append(req)
+            batch.append(ScheduledChunk(req, chunk, taken))
+            scheduled.add(id(req))
+            budget -= len(chunk)
+        return batch
+
+    def _chunk(self, req: SchedRequest, budget: int) -> list[int]:
+        start = req.num_computed
+        end = min(req.num_tokens, start + budget)
+        interval = getattr(self.prefix_cache, "checkpoint_interval", None)
+        if interval and end < req.num_tokens:
+            aligned = (end // interval) * interval
+            if aligned > start:
+                end = aligned
+        return [req.token(i) for i in range(start, end)]
+
+    def _reserve_preempting(
+        self, req: SchedRequest, n: int, scheduled: set[int]
+    ) -> list[int] | None:
+        """Reserve room for ``req``, preempting later requests; None if ``req`` was preempted."""
+        while True:
+            try:
+                return self.runner.reserve(req.state, n)
+            except PoolExhausted:
+                victims = [
+                    r for r in self.running if r is not req and id(r) not in scheduled and r.state
+                ]
+                victim = victims[-1] if victims else req
+                self.preempt(victim)
+                if victim is req:
+                    return None
+
+    def preempt(self, req: SchedRequest) -> None:
+        """Free ``req``'s state and queue it first; it recomputes its tokens when readmitted."""
+        log.info("preempting request %s at %d tokens", req.request_id, req.num_tokens)
+        self.running.remove(req)
+        self.runner.free(req.state)
+        req.state, req.num_computed = None, 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+        if self.on_preempt is not None:
+            self.on_preempt(req)
