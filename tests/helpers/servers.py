@@ -16,7 +16,7 @@ Each helper is a context manager that yields a :class:`ServerProcess` (``.url``,
     with spawn([sys.executable, "-m", "celery", ...], env=env, ready_text="ready.") as proc:
         ...                                 # any process, stopped with its children
 
-Servers bind 127.0.0.1 only. Tests install nothing: a missing ``redis-server`` binary skips the
+Servers bind 127.0.0.1 only. Tests install nothing: a missing ``redis-server`` binary fails the
 test that asked for it (``make test`` installs Debian's ``redis-server``).
 """
 
@@ -245,7 +245,7 @@ def redis_server(timeout: float = 15.0) -> Iterator[ServerProcess]:
     ``redis://127.0.0.1:P``. Skips the calling test when the binary is missing."""
     binary = redis_server_path()
     if binary is None:
-        pytest.skip("redis-server is not installed (`make test` installs Debian's redis-server)")
+        pytest.fail("redis-server is not installed (`make test` installs Debian's redis-server)")
     with tempfile.TemporaryDirectory(prefix="k3stack-redis-") as workdir:
         with _on_free_port(
             lambda port: [
