@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shared.queue import worker_argv
+from shared.queue import service_queues, worker_argv
 from shared.settings import SERVICE_NAMES, SettingsError, load_settings, settings_table
 
 app = typer.Typer(
@@ -264,7 +264,8 @@ def up(
     if workers:
         for name in chosen:
             conc = max(1, settings.service(name).workers)
-            spawn(f"{name}-worker", worker_argv(name, conc, pool="threads"), None)
+            queues = service_queues(name, settings)
+            spawn(f"{name}-worker", worker_argv(name, conc, pool="threads", queues=queues), None)
     state = RunState(data_dir=str(ddir), started_at=time.time(), children=children, urls=urls)
     state.save(state_file)
 

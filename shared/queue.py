@@ -69,7 +69,18 @@ def _tune_sqlalchemy_transport() -> None:
     Transport.polling_interval = EMBEDDED_POLLING_INTERVAL_S
 
 
-def worker_argv(service: str, concurrency: int = 1, pool: str = "prefork") -> list[str]:
+def service_queues(service: str, settings: Settings | None = None) -> list[str]:
+    """Queues a service's worker consumes: its own, plus the orchestrator's rollout queue."""
+    settings = settings or get_settings()
+    queues = [service]
+    if service == "orchestrator" and settings.orchestrator.rollout_queue not in queues:
+        queues.append(settings.orchestrator.rollout_queue)
+    return queues
+
+
+def worker_argv(
+    service: str, concurrency: int = 1, pool: str = "prefork", queues: list[str] | None = None
+) -> list[str]:
     """The command line ``k3stack up`` uses to start a service's worker."""
     return [
         "-m",
@@ -78,7 +89,7 @@ def worker_argv(service: str, concurrency: int = 1, pool: str = "prefork") -> li
         f"services.{service}.tasks",
         "worker",
         "-Q",
-        service,
+        ",".join(queues or [service]),
         "-n",
         f"{service}@%h",
         "--concurrency",

@@ -305,7 +305,17 @@ def test_pod_environment_loads_as_deployed_settings(
     variant: str, docs: tuple[dict[str, Any], ...], clean_k3stack_env: pytest.MonkeyPatch
 ) -> None:
     if variant == "existing-secret":
-        pytest.skip("the Secret lives outside the chart")
+        # No Secret is rendered; every pod reads the user's own one instead.
+        assert find(docs, "Secret") == []
+        for svc in SERVICE_NAMES:
+            deployment = one(docs, "Deployment", f"{FULLNAME}-{svc}")
+            refs = [
+                s["secretRef"]["name"]
+                for s in deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+                if "secretRef" in s
+            ]
+            assert refs == ["k3stack-credentials"], (svc, refs)
+        return
     for svc in SERVICE_NAMES:
         deployment = one(docs, "Deployment", f"{FULLNAME}-{svc}")
         with pytest.MonkeyPatch.context() as mp:
