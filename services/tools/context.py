@@ -120,4 +120,21 @@ def world_context(world_id: str, request: Request) -> Iterator[WorldContext]:
         yield WorldContext(world_id=world_id, session=session, seed=world.seed, world=world)
 
 
+def world_context_by_token(request: Request) -> Iterator[WorldContext]:
+    """FastAPI dependency for routes whose URL names no world (e.g. Google's media-upload
+    paths, which the official SDK builds from the host alone): the token says which world."""
+    token = presented_world_token(request)
+    if not token:
+        raise APIError(
+            401, "unauthorized", "missing world token: send 'Authorization: Bearer <world token>'"
+        )
+    db = request.app.state.db
+    with db.session() as session:
+        world = session.scalar(select(WorldRow).where(WorldRow.token_sha256 == token_digest(token)))
+        if world is None:
+            raise APIError(401, "unauthorized", "this token opens no world")
+        yield WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
+
+
 WorldCtx = Annotated[WorldContext, Depends(world_context)]
+WorldCtxByToken = Annotated[WorldContext, Depends(world_context_by_token)]

@@ -5,16 +5,28 @@ Every app table carries ``world_id`` as the first column of its primary key (mix
 snapshot / restore / fork / state export work generically over ``Base.metadata``: copy the rows
 whose ``world_id`` matches, rewriting it for a fork. Ids inside a world (message ids, Slack ts,
 Notion uuids) are therefore only unique per world, and forks keep them identical.
+
+Apps are found by folder: every package under ``services/tools/apps/`` is an app, and
+:func:`load_apps` imports its ``models`` (so its tables join ``Base.metadata``) and, when asked,
+its other modules (``routes``, ``state``, ``actions``).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import String
+import importlib
+import pkgutil
+from functools import cache
+from types import ModuleType
+
+from sqlalchemy import String, Table
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 from shared.db import service_base
 
 Base = service_base()
+
+CORE_PREFIX = "tools_"
+"""Core tables (worlds, actions, events, checks, marks) are named ``tools_*``; app tables are not."""
 
 
 class WorldScoped:
@@ -25,6 +37,67 @@ class WorldScoped:
         return mapped_column(String(64), primary_key=True, index=True)
 
 
-def world_scoped_tables() -> list:
+@cache
+def app_names() -> tuple[str, ...]:
+    """The app packages under ``services/tools/apps/``, sorted (each has a ``models`` module)."""
+    import services.tools.apps as apps_pkg
+
+    names = []
+    for info in pkgutil.iter_modules(apps_pkg.__path__):
+        if info.ispkg:
+            names.append(info.name)
+    return tuple(sorted(names))
+
+
+def app_module(app: str, module: str) -> ModuleType | None:
+    """``services.tools.apps.<app>.<module>``, or None when the app has no such module."""
+    name = f"services.tools.apps.{app}.{module}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return None
+        raise
+
+
+@cache
+def load_apps() -> tuple[str, ...]:
+    """Import every app's models so ``Base.metadata`` knows all world-scoped tables."""
+    import services.tools.models  # noqa: F401 - the core tables
+
+    for app in app_names():
+        app_module(app, "models")
+    return app_names()
+
+
+_present: set[str] | None = None
+
+
+def set_present_tables(names: set[str] | None) -> list[str]:
+    """Tell the world machinery which tables the database really has (after migrating).
+
+    An app whose models exist but whose migration has not landed yet is then left out of
+    snapshots, forks and exports instead of failing every one of them; the names left out
+    are returned so the service can log them.
+    """
+    global _present
+    _present = set(names) if names is not None else None
+    load_apps()
+    return sorted(
+        t.name for t in Base.metadata.sorted_tables if names is not None and t.name not in names
+    )
+
+
+def world_scoped_tables() -> list[Table]:
     """Every table with a ``world_id`` column, in dependency order."""
-    return [t for t in Base.metadata.sorted_tables if "world_id" in t.c]
+    load_apps()
+    return [
+        t
+        for t in Base.metadata.sorted_tables
+        if "world_id" in t.c and (_present is None or t.name in _present)
+    ]
+
+
+def app_tables() -> list[Table]:
+    """World-scoped tables that belong to apps (what the agent can change)."""
+    return [t for t in world_scoped_tables() if not t.name.startswith(CORE_PREFIX)]

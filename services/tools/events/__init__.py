@@ -1,0 +1,1 @@
+"""Scenario events: scheduled and triggered effects, NPC colleagues, and checks."""

@@ -1,0 +1,1 @@
+"""Effects and predicates per app; every module here is imported by ``registry.load_ops``."""

@@ -1,0 +1,91 @@
+"""Colleagues (NPCs) who answer the agent: by script, or through a model endpoint.
+
+A script is a list of branches ``{"if_contains": [...], "text": "..."}`` tried in order
+against the text of the action that triggered the event (the agent's mail); the first whose
+words all appear wins, and a branch without ``if_contains`` is the default. When
+``K3STACK_TOOLS__NPC_MODEL_URL`` names an OpenAI-compatible endpoint and the effect sets
+``model: true``, the colleague writes the reply with it instead (persona + thread + the
+scripted intent as guidance), falling back to the script if the call fails — so a world
+without a model stays fully deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+
+from services.tools.context import WorldContext
+from services.tools.events.ops.gmail import deliver, find_by_msgid
+from services.tools.events.registry import EffectEnv, effect
+
+log = logging.getLogger("k3stack.tools.npc")
+
+
+def choose_script(script: list[dict[str, Any]], text: str) -> str:
+    low = text.lower()
+    for branch in script:
+        needles = [s.lower() for s in branch.get("if_contains", [])]
+        if all(n in low for n in needles):
+            return branch["text"]
+    return ""
+
+
+def model_reply(url: str, persona: dict[str, Any], thread: str, intent: str) -> str | None:
+    prompt = (
+        f"You are {persona.get('name')}, {persona.get('role') or 'a colleague'}. Write a short "
+        f"email reply (plain text, no subject line). Say this in your own words: {intent}\n\n"
+        f"The conversation so far:\n{thread[-4000:]}"
+    )
+    try:
+        resp = httpx.post(
+            url.rstrip("/") + "/chat/completions",
+            json={
+                "model": persona.get("model", "default"),
+                "temperature": 0,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 300,
+            },
+            timeout=30.0,
+        )
+        resp.raise_for_status()
+        return resp.json()["choices"][0]["message"]["content"].strip() or None
+    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError) as exc:
+        log.warning("NPC model call failed, using the script: %s", exc)
+        return None
+
+
+@effect("npc.reply")
+def reply(ctx: WorldContext, args: dict[str, Any], env: EffectEnv) -> None:
+    """``persona`` answers by mail in the thread of ``thread_msgid`` (args as gmail.deliver,
+    plus ``script``)."""
+    trigger_text = (env.trigger or {}).get("text", "")
+    text = choose_script(args.get("script", []), trigger_text) or args.get("body", "")
+    if args.get("model") and env.npc_model_url:
+        parent = find_by_msgid(ctx, args["thread_msgid"]) if args.get("thread_msgid") else None
+        thread = (parent.text if parent is not None else "") + "\n\n" + trigger_text
+        text = model_reply(env.npc_model_url, args["persona"], thread, text) or text
+    latest = None
+    if args.get("thread_msgid"):
+        from services.tools.apps.gmail.actions import thread_rows
+
+        parent = find_by_msgid(ctx, args["thread_msgid"])
+        if parent is not None:
+            latest = thread_rows(ctx, parent.thread_id)[-1]
+    subject = args.get("subject") or (
+        ("Re: " + latest.subject.removeprefix("Re: ")) if latest is not None else "(no subject)"
+    )
+    deliver(
+        ctx,
+        {
+            "from": args["persona"],
+            "subject": subject,
+            "body": text,
+            "message_id": args.get("message_id"),
+            "in_reply_to": latest.rfc822_id if latest is not None else None,
+            "cc": args.get("cc", []),
+            "attachments": args.get("attachments"),
+        },
+        env,
+    )

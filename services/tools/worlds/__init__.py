@@ -1,0 +1,1 @@
+"""World lifecycle: create, reset, snapshot, restore, fork, delete, export, clock."""

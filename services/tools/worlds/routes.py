@@ -1,0 +1,313 @@
+"""Management routes for worlds (behind the service API key): lifecycle, state, clock,
+events and checks; plus the scenario catalogue."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, Field, field_validator, model_validator
+from sqlalchemy import select
+
+from services.tools.context import _aware
+from services.tools.events import engine
+from services.tools.models import EventRow, SnapshotRow, WorldRow
+from services.tools.scenarios import SCENARIOS, get_scenario
+from services.tools.worlds import service
+from shared.db import ServiceDatabase
+from shared.errors import APIError, bad_request
+
+router = APIRouter(tags=["worlds"])
+MAX_ADVANCE = timedelta(days=3660)
+
+
+class WorldCreate(BaseModel):
+    scenario: str = Field("empty", min_length=1, max_length=128)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class World(BaseModel):
+    id: str
+    scenario: str
+    seed: int
+    created_at: datetime
+    clock: datetime
+    parent_id: str | None = None
+    token: str | None = Field(None, description="World token; returned once, at creation/fork.")
+
+
+class Snapshot(BaseModel):
+    id: str
+    world_id: str
+    created_at: datetime
+    clock: datetime
+    label: str | None
+    state_hash: str = Field(description="full_hash of the world when the snapshot was taken")
+    size: int
+
+
+class SnapshotCreate(BaseModel):
+    label: str | None = Field(None, max_length=128)
+
+
+class RestoreBody(BaseModel):
+    snapshot_id: str = Field(min_length=1, max_length=64)
+
+
+class Clock(BaseModel):
+    world_id: str
+    now: datetime
+
+
+_DUR = re.compile(r"^(\d{1,7})\s*([smhdw])$")
+_ISO = re.compile(r"^P(?:(\d{1,5})D)?(?:T(?:(\d{1,6})H)?(?:(\d{1,7})M)?(?:(\d{1,9})S)?)?$")
+
+
+def parse_duration(value: str | float | int) -> timedelta:
+    """Seconds (number), ``90m`` / ``3h`` / ``2d`` / ``1w``, or ISO 8601 ``P1DT2H``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration, not a boolean")
+    if isinstance(value, int | float):
+        if value < 0 or value > MAX_ADVANCE.total_seconds():
+            raise ValueError("out of range")
+        return timedelta(seconds=value)
+    s = value.strip()
+    if m := _DUR.match(s):
+        n, unit = int(m.group(1)), m.group(2)
+        return timedelta(
+            **{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[unit]: n}
+        )
+    if (m := _ISO.match(s.upper())) and s.upper() not in ("P", "PT"):
+        d, h, mi, sec = (int(x or 0) for x in m.groups())
+        return timedelta(days=d, hours=h, minutes=mi, seconds=sec)
+    raise ValueError("use seconds, '90m', '3h', '2d', '1w' or ISO 8601 like 'P1DT2H'")
+
+
+class AdvanceBody(BaseModel):
+    to: datetime | None = Field(None, description="Absolute simulated time (ISO 8601).")
+    by: str | float | None = Field(
+        None, description="Relative: seconds, '90m', '3h', '2d', or ISO 8601 'PT2H'."
+    )
+
+    @field_validator("by")
+    @classmethod
+    def _by(cls, v: str | float | None) -> str | float | None:
+        if v is not None:
+            parse_duration(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> AdvanceBody:
+        if (self.to is None) == (self.by is None):
+            raise ValueError("give exactly one of 'to' and 'by'")
+        return self
+
+
+def _db(request: Request) -> ServiceDatabase:
+    return request.app.state.db
+
+
+def _npc_url(request: Request) -> str | None:
+    return request.app.state.settings.tools.npc_model_url
+
+
+def _world_out(row: WorldRow, token: str | None = None) -> World:
+    return World(
+        id=row.id,
+        scenario=row.scenario,
+        seed=row.seed,
+        created_at=_aware(row.created_at),
+        clock=_aware(row.clock),
+        parent_id=row.parent_id,
+        token=token,
+    )
+
+
+def _snap_out(s: SnapshotRow) -> Snapshot:
+    return Snapshot(
+        id=s.id,
+        world_id=s.origin_world,
+        created_at=_aware(s.created_at),
+        clock=_aware(s.clock),
+        label=s.label,
+        state_hash=s.state_hash,
+        size=s.size,
+    )
+
+
+@router.post("/worlds", response_model=World, status_code=201, operation_id="createWorld")
+def create_world(body: WorldCreate, request: Request) -> World:
+    """A new world for ``scenario`` and ``seed``, with its own token (shown only here)."""
+    with _db(request).session() as s:
+        row, token = service.create_world(s, body.scenario, body.seed, _npc_url(request))
+        return _world_out(row, token)
+
+
+@router.get("/worlds", response_model=list[World], operation_id="listWorlds")
+def list_worlds(request: Request, limit: int = Query(100, ge=1, le=1000)) -> list[World]:
+    with _db(request).session() as s:
+        rows = s.scalars(select(WorldRow).order_by(WorldRow.created_at.desc()).limit(limit))
+        return [_world_out(r) for r in rows]
+
+
+@router.get("/worlds/{world_id}", response_model=World, operation_id="getWorld")
+def get_world(world_id: str, request: Request) -> World:
+    with _db(request).session() as s:
+        return _world_out(service.get_world(s, world_id))
+
+
+@router.delete("/worlds/{world_id}", status_code=204, operation_id="deleteWorld")
+def delete_world(world_id: str, request: Request) -> Response:
+    with _db(request).session() as s:
+        service.delete_world(s, world_id)
+    return Response(status_code=204)
+
+
+@router.post("/worlds/{world_id}/reset", response_model=World, operation_id="resetWorld")
+def reset_world(world_id: str, request: Request) -> World:
+    """Back to the state the world had when it was created (token unchanged)."""
+    with _db(request).session() as s:
+        return _world_out(service.reset_world(s, world_id))
+
+
+@router.post(
+    "/worlds/{world_id}/snapshots",
+    response_model=Snapshot,
+    status_code=201,
+    operation_id="createSnapshot",
+)
+def create_snapshot(
+    world_id: str, request: Request, body: SnapshotCreate | None = None
+) -> Snapshot:
+    with _db(request).session() as s:
+        return _snap_out(service.snapshot_world(s, world_id, body.label if body else None))
+
+
+@router.get(
+    "/worlds/{world_id}/snapshots", response_model=list[Snapshot], operation_id="listSnapshots"
+)
+def list_snapshots(world_id: str, request: Request) -> list[Snapshot]:
+    with _db(request).session() as s:
+        service.get_world(s, world_id)
+        rows = s.scalars(
+            select(SnapshotRow)
+            .where(SnapshotRow.origin_world == world_id)
+            .order_by(SnapshotRow.created_at)
+        )
+        return [_snap_out(r) for r in rows]
+
+
+@router.post("/worlds/{world_id}/restore", response_model=World, operation_id="restoreWorld")
+def restore_world(world_id: str, body: RestoreBody, request: Request) -> World:
+    with _db(request).session() as s:
+        return _world_out(service.restore_world(s, world_id, body.snapshot_id))
+
+
+@router.post(
+    "/worlds/{world_id}/fork", response_model=World, status_code=201, operation_id="forkWorld"
+)
+def fork_world(world_id: str, request: Request) -> World:
+    """A new world with identical state and its own token; the original goes on unchanged."""
+    with _db(request).session() as s:
+        row, token = service.fork_world(s, world_id)
+        return _world_out(row, token)
+
+
+@router.get("/worlds/{world_id}/state", operation_id="getWorldState")
+def world_state(
+    world_id: str,
+    request: Request,
+    tables: bool = Query(True, description="Include raw rows per table."),
+) -> dict[str, Any]:
+    """The world's state for verifiers: per-app exports, raw rows, ``state_hash`` (app rows)
+    and ``full_hash`` (everything, clock and pending events included)."""
+    with _db(request).session() as s:
+        return service.export_state(s, world_id, include_tables=tables)
+
+
+@router.get("/worlds/{world_id}/clock", response_model=Clock, operation_id="getClock")
+def get_clock(world_id: str, request: Request) -> Clock:
+    with _db(request).session() as s:
+        return Clock(world_id=world_id, now=_aware(service.get_world(s, world_id).clock))
+
+
+@router.post("/worlds/{world_id}/clock/advance", operation_id="advanceClock")
+def advance_clock(world_id: str, body: AdvanceBody, request: Request) -> dict[str, Any]:
+    """Move simulated time forward, firing every due event in order (see events.engine)."""
+    with _db(request).session() as s:
+        world = service.get_world(s, world_id)
+        now = _aware(world.clock)
+        if body.to is not None:
+            target = _aware(body.to)
+            if target < now:
+                raise bad_request(
+                    f"'to' ({target.isoformat()}) is before the clock "
+                    f"({now.isoformat()}); time only moves forward"
+                )
+        else:
+            target = now + parse_duration(body.by)  # type: ignore[arg-type]
+        if target - now > MAX_ADVANCE:
+            raise bad_request("advance at most 3660 days at a time")
+        out = engine.advance(s, world, target, _npc_url(request))
+        return {
+            "world_id": world_id,
+            "now": out["clock"],
+            "fired": out["fired"],
+            "checks_evaluated": out["checks_evaluated"],
+        }
+
+
+@router.get("/worlds/{world_id}/events", operation_id="listEvents")
+def list_events(world_id: str, request: Request) -> dict[str, Any]:
+    with _db(request).session() as s:
+        service.get_world(s, world_id)
+        rows = s.scalars(
+            select(EventRow).where(EventRow.world_id == world_id).order_by(EventRow.seq)
+        )
+        return {
+            "events": [
+                {
+                    "event_id": r.event_id,
+                    "title": r.spec.get("title"),
+                    "status": r.status,
+                    "due_at": _aware(r.due_at) if r.due_at else None,
+                    "fired_at": _aware(r.fired_at) if r.fired_at else None,
+                    "trigger": r.spec.get("trigger"),
+                    "error": r.spec.get("error"),
+                }
+                for r in rows
+            ]
+        }
+
+
+@router.get("/worlds/{world_id}/checks", operation_id="getChecks")
+def get_checks(world_id: str, request: Request) -> dict[str, Any]:
+    """Each event's verdict (deterministic checks) and the model-judged checks, with their
+    rubric and resolved inputs, for the verifier."""
+    with _db(request).session() as s:
+        world = service.get_world(s, world_id)
+        out = engine.report(s, world)
+        s.rollback()  # evaluation only reads; never let it write
+        return out
+
+
+@router.get("/scenarios", operation_id="listScenarios")
+def list_scenarios() -> dict[str, Any]:
+    return {
+        "scenarios": [
+            {"name": sc.name, "title": sc.title, "domain": sc.domain, "description": sc.description}
+            for sc in SCENARIOS.values()
+        ]
+    }
+
+
+@router.get("/scenarios/{name}", operation_id="getScenario")
+def scenario_instance(name: str, seed: int = Query(0, ge=0, le=2**31 - 1)) -> dict[str, Any]:
+    """The scenario made concrete for ``seed``: setup, events, checks (what a world runs)."""
+    try:
+        sc = get_scenario(name)
+    except KeyError as exc:
+        raise APIError(404, "unknown_scenario", str(exc.args[0])) from None
+    return sc.build(seed).model_dump(mode="json")
