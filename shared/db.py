@@ -14,6 +14,7 @@ without stepping on each other's revisions. New revision::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,11 +92,29 @@ def _alembic_config(engine: Engine, migrations_dir: Path, service: str):  # type
 
 
 def migrate(engine: Engine, migrations_dir: Path, service: str, revision: str = "heads") -> None:
-    """Upgrade one service's tables to ``revision`` (idempotent; safe for concurrent starters
-    on PostgreSQL thanks to the transaction, and on SQLite thanks to the busy timeout)."""
+    """Upgrade one service's tables to ``revision`` (idempotent).
+
+    Several replicas may start at once: on PostgreSQL they queue on an advisory lock keyed by
+    the service name; on SQLite the busy timeout serialises them.
+    """
     from alembic import command
 
-    command.upgrade(_alembic_config(engine, migrations_dir, service), revision)
+    cfg = _alembic_config(engine, migrations_dir, service)
+    if engine.dialect.name != "postgresql":
+        command.upgrade(cfg, revision)
+        return
+    from sqlalchemy import text
+
+    key = int.from_bytes(
+        hashlib.sha256(f"k3stack:{service}".encode()).digest()[:8], "big", signed=True
+    )
+    with engine.connect() as lock_conn:
+        lock_conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            command.upgrade(cfg, revision)
+        finally:
+            lock_conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            lock_conn.commit()
 
 
 def current_revision(engine: Engine, service: str) -> str | None:

@@ -71,3 +71,15 @@ def test_session_rolls_back_on_error(tmp_path):
             raise RuntimeError("abort")
     with db.session() as s:
         assert s.execute(text("SELECT count(*) FROM verifier_jobs")).scalar() == 0
+
+
+def test_concurrent_migrations_on_postgresql(pg_url):
+    """Replicas starting together: the advisory lock makes them take turns."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    dbs = [ServiceDatabase("verifier", pg_url, VERIFIER) for _ in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda db: db.migrate(), dbs))
+    assert dbs[0].revision() == "v0001"
+    for db in dbs:
+        db.close()
