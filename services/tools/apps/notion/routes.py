@@ -1,0 +1,255 @@
+"""Notion API routes (``/worlds/{world_id}/notion/v1/...``), Notion-Version 2022-06-28.
+
+This mock implements one API version, **2022-06-28** (databases hold their schema and are
+queried with ``POST /v1/databases/{id}/query``; the 2025-09-03 "data sources" split is not
+modelled). Requests must send ``Notion-Version: 2022-06-28``, as ``notion-client`` 2.x does by
+default; a missing header answers ``missing_version`` and any other version a
+``validation_error`` naming the supported one, so a client never silently gets other semantics.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+
+from services.tools.apps.notion import actions as A
+from services.tools.apps.notion.errors import NotionError, NotionRoute, validation
+from services.tools.context import WorldContext, WorldCtx
+
+router = APIRouter(prefix="/worlds/{world_id}/notion/v1", tags=["notion"], route_class=NotionRoute)
+
+
+def notion_context(ctx: WorldCtx, request: Request) -> WorldContext:
+    """Check ``Notion-Version`` and keep the context on the request (for rollback on errors)."""
+    request.state.world_ctx = ctx
+    version = request.headers.get("Notion-Version")
+    if not version:
+        raise NotionError(
+            400,
+            "missing_version",
+            "Notion-Version header failed validation: Notion-Version header should be defined, "
+            "instead was `undefined`.",
+        )
+    if version != A.NOTION_VERSION:
+        raise validation(
+            f"Notion-Version `{version}` is not supported by this mock; send `{A.NOTION_VERSION}`."
+        )
+    return ctx
+
+
+NotionCtx = Annotated[WorldContext, Depends(notion_context)]
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise NotionError(400, "invalid_json", "Error parsing JSON body.") from None
+    if not isinstance(body, dict):
+        raise validation("body should be an object.")
+    return body
+
+
+Body = Annotated[dict[str, Any], Depends(json_body)]
+
+
+def _page_size(request: Request) -> int | None:
+    value = request.query_params.get("page_size")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise validation("page_size should be a number.") from None
+
+
+# --------------------------------------------------------------------------- search, users
+
+
+@router.post("/search", operation_id="notion_search")
+def search(ctx: NotionCtx, body: Body) -> dict[str, Any]:
+    """Search pages and databases by title."""
+    return A.search(
+        ctx,
+        query=body.get("query"),
+        filter=body.get("filter"),
+        sort=body.get("sort"),
+        start_cursor=body.get("start_cursor"),
+        page_size=body.get("page_size"),
+    )
+
+
+@router.get("/users", operation_id="notion_listUsers")
+def list_users(ctx: NotionCtx, request: Request) -> dict[str, Any]:
+    return A.users_list(
+        ctx, start_cursor=request.query_params.get("start_cursor"), page_size=_page_size(request)
+    )
+
+
+@router.get("/users/me", operation_id="notion_getSelf")
+def get_self(ctx: NotionCtx) -> dict[str, Any]:
+    return A.users_me(ctx)
+
+
+@router.get("/users/{user_id}", operation_id="notion_getUser")
+def get_user(ctx: NotionCtx, user_id: str) -> dict[str, Any]:
+    return A.users_retrieve(ctx, user_id=user_id)
+
+
+# --------------------------------------------------------------------------- pages
+
+
+@router.post("/pages", operation_id="notion_createPage")
+def create_page(ctx: NotionCtx, body: Body) -> dict[str, Any]:
+    return A.create_page(
+        ctx,
+        parent=body.get("parent"),
+        properties=body.get("properties"),
+        children=body.get("children"),
+        icon=body.get("icon"),
+        cover=body.get("cover"),
+    )
+
+
+@router.get("/pages/{page_id}", operation_id="notion_retrievePage")
+def retrieve_page(ctx: NotionCtx, page_id: str) -> dict[str, Any]:
+    return A.retrieve_page(ctx, page_id=page_id)
+
+
+@router.patch("/pages/{page_id}", operation_id="notion_updatePage")
+def update_page(ctx: NotionCtx, page_id: str, body: Body) -> dict[str, Any]:
+    return A.update_page(
+        ctx,
+        page_id=page_id,
+        properties=body.get("properties"),
+        archived=body.get("archived"),
+        in_trash=body.get("in_trash"),
+        icon=body.get("icon", ...),
+        cover=body.get("cover", ...),
+    )
+
+
+# --------------------------------------------------------------------------- databases
+
+
+@router.post("/databases", operation_id="notion_createDatabase")
+def create_database(ctx: NotionCtx, body: Body) -> dict[str, Any]:
+    if "properties" not in body:
+        raise validation("body.properties should be defined, instead was `undefined`.")
+    return A.create_database(
+        ctx,
+        parent=body.get("parent"),
+        title=body.get("title"),
+        properties=body.get("properties"),
+        description=body.get("description"),
+        icon=body.get("icon"),
+        cover=body.get("cover"),
+        is_inline=bool(body.get("is_inline", False)),
+    )
+
+
+@router.get("/databases/{database_id}", operation_id="notion_retrieveDatabase")
+def retrieve_database(ctx: NotionCtx, database_id: str) -> dict[str, Any]:
+    return A.retrieve_database(ctx, database_id=database_id)
+
+
+@router.patch("/databases/{database_id}", operation_id="notion_updateDatabase")
+def update_database(ctx: NotionCtx, database_id: str, body: Body) -> dict[str, Any]:
+    return A.update_database(
+        ctx,
+        database_id=database_id,
+        title=body.get("title"),
+        description=body.get("description"),
+        properties=body.get("properties"),
+        archived=body.get("archived", body.get("in_trash")),
+    )
+
+
+@router.post("/databases/{database_id}/query", operation_id="notion_queryDatabase")
+def query_database(ctx: NotionCtx, database_id: str, body: Body) -> dict[str, Any]:
+    return A.query_database(
+        ctx,
+        database_id=database_id,
+        filter=body.get("filter"),
+        sorts=body.get("sorts"),
+        start_cursor=body.get("start_cursor"),
+        page_size=body.get("page_size"),
+    )
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+@router.get("/blocks/{block_id}", operation_id="notion_retrieveBlock")
+def retrieve_block(ctx: NotionCtx, block_id: str) -> dict[str, Any]:
+    return A.retrieve_block(ctx, block_id=block_id)
+
+
+@router.patch("/blocks/{block_id}", operation_id="notion_updateBlock")
+def update_block(ctx: NotionCtx, block_id: str, body: Body) -> dict[str, Any]:
+    return A.update_block(ctx, block_id=block_id, body=body)
+
+
+@router.delete("/blocks/{block_id}", operation_id="notion_deleteBlock")
+def delete_block(ctx: NotionCtx, block_id: str) -> dict[str, Any]:
+    return A.delete_block(ctx, block_id=block_id)
+
+
+@router.get("/blocks/{block_id}/children", operation_id="notion_listBlockChildren")
+def list_children(ctx: NotionCtx, block_id: str, request: Request) -> dict[str, Any]:
+    return A.list_children(
+        ctx,
+        block_id=block_id,
+        start_cursor=request.query_params.get("start_cursor"),
+        page_size=_page_size(request),
+    )
+
+
+@router.patch("/blocks/{block_id}/children", operation_id="notion_appendBlockChildren")
+def append_children(ctx: NotionCtx, block_id: str, body: Body) -> dict[str, Any]:
+    if "children" not in body:
+        raise validation("body.children should be defined, instead was `undefined`.")
+    return A.append_children(
+        ctx, block_id=block_id, children=body.get("children"), after=body.get("after")
+    )
+
+
+# --------------------------------------------------------------------------- comments
+
+
+@router.post("/comments", operation_id="notion_createComment")
+def create_comment(ctx: NotionCtx, body: Body) -> dict[str, Any]:
+    return A.create_comment(
+        ctx,
+        rich_text_value=body.get("rich_text"),
+        parent=body.get("parent"),
+        discussion_id=body.get("discussion_id"),
+    )
+
+
+@router.get("/comments", operation_id="notion_listComments")
+def list_comments(ctx: NotionCtx, request: Request) -> dict[str, Any]:
+    block_id = request.query_params.get("block_id")
+    if not block_id:
+        raise validation("block_id should be defined, instead was `undefined`.")
+    return A.list_comments(
+        ctx,
+        block_id=block_id,
+        start_cursor=request.query_params.get("start_cursor"),
+        page_size=_page_size(request),
+    )
+
+
+@router.api_route(
+    "/{rest:path}",
+    methods=["GET", "POST", "PATCH", "DELETE"],
+    operation_id="notion_invalidUrl",
+    include_in_schema=False,
+)
+def invalid_url(rest: str) -> dict[str, Any]:
+    raise NotionError(400, "invalid_request_url", f"Invalid request URL: /v1/{rest}")
