@@ -127,6 +127,13 @@ class SandboxSettings(ServiceSettings):
     snapshot_interval_s: int = Field(
         0, ge=0, description="Periodic snapshot interval in seconds (0 = off)."
     )
+    max_upload_bytes: int = Field(
+        100 * 1024 * 1024, ge=1, description="Largest file upload accepted (bigger: 413)."
+    )
+    max_fork_count: int = Field(100, ge=1, le=1000, description="Most children one fork makes.")
+    reaper_interval_s: float = Field(
+        1.0, gt=0, description="How often timeouts, periodic snapshots and liveness are checked."
+    )
 
 
 class ToolsSettings(ServiceSettings):
