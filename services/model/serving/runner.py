@@ -115,7 +115,7 @@ class K3Runner:
     ) -> list[torch.Tensor]:
         device = self.pools.device
         ids = [torch.tensor(list(c), dtype=torch.long, device=device) for c in chunks]
-        logits = self.model.forward_ragged(ids, list(states), self.pools)
+        logits = self.model.forward_ragged(ids, list(states), self.pools, last_only=True)
         return [lg[-1] for lg in logits]
 
 
