@@ -34,7 +34,9 @@ class WorldScoped:
 
     @declared_attr
     def world_id(cls) -> Mapped[str]:  # noqa: N805 - SQLAlchemy declared_attr signature
-        return mapped_column(String(64), primary_key=True, index=True)
+        # sort_order puts it first in the table and in identity keys, so
+        # ``session.get(Model, (world_id, id))`` works as the docstring above promises.
+        return mapped_column(String(64), primary_key=True, index=True, sort_order=-100)
 
 
 @cache

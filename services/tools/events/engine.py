@@ -58,6 +58,12 @@ def _matches(trigger: Trigger, action: ActionRow) -> bool:
         return False
     if trigger.actor != "*" and action.actor != trigger.actor:
         return False
+    if trigger.text_contains:
+        text = (
+            f"{(action.payload or {}).get('subject', '')}\n{(action.payload or {}).get('text', '')}"
+        )
+        if not all(w.lower() in text.lower() for w in trigger.text_contains):
+            return False
     for key, want in trigger.where.items():
         have = (action.payload or {}).get(key)
         wants = want if isinstance(want, list) else [want]
@@ -183,6 +189,20 @@ def fire(session: Session, world: WorldRow, ev: EventRow, npc_model_url: str | N
     remark(session, world.id, before, row_digests(session, world.id))
 
 
+def tick(session: Session, world: WorldRow) -> None:
+    """Let apps act on the new time (e.g. Slack posts scheduled messages): each app's
+    ``actions.tick(ctx)`` (or Slack's ``deliver_due``) runs as the agent, who scheduled it."""
+    from services.tools.db import app_module, load_apps
+
+    ctx = WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
+    for app in load_apps():
+        mod = app_module(app, "actions")
+        fn = getattr(mod, "tick", None) or getattr(mod, "deliver_due", None)
+        if fn is not None:
+            fn(ctx)
+    session.flush()
+
+
 def advance(
     session: Session, world: WorldRow, target: datetime, npc_model_url: str | None = None
 ) -> dict[str, Any]:
@@ -205,11 +225,13 @@ def advance(
         when = max(_aware(nxt.due_at), _aware(world.clock))  # type: ignore[arg-type]
         checks += _freeze_checks(session, world, when)
         world.clock = when
+        tick(session, world)
         fire(session, world, nxt, npc_model_url)
         fired.append(nxt.event_id)
     _scan_triggers(session, world)
     checks += _freeze_checks(session, world, target)
     world.clock = target
+    tick(session, world)
     session.flush()
     return {"clock": target, "fired": fired, "checks_evaluated": checks}
 

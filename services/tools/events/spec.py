@@ -34,6 +34,9 @@ class Trigger(BaseModel):
     action: str
     where: dict[str, Any] = Field(default_factory=dict)
     actor: str = "agent"
+    text_contains: list[str] = Field(
+        default_factory=list, description="Words that must all appear in the payload's text."
+    )
     delay_minutes: int = Field(0, ge=0)
     next_morning: str | None = Field(None, pattern=r"^\d\d:\d\d$")
 
@@ -95,6 +98,11 @@ class ScenarioInstance(BaseModel):
     events: list[EventSpec] = Field(default_factory=list)
     facts: dict[str, Any] = Field(
         default_factory=dict, description="Ground truth the oracle solver and checks share."
+    )
+    oracle: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="Per event id, the steps the oracle solver takes once that event fired "
+        "(never stored in a world; see scenarios.story.run_oracle).",
     )
 
     @property

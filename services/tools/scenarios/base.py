@@ -29,5 +29,8 @@ class Scenario(ABC):
         """The instance for ``seed``: same seed, same instance, always."""
 
     def solve(self, inst: ScenarioInstance, api: WorldAPI) -> None:
-        """Oracle solver: act through ``api`` until ``inst.end`` (default: just run the clock)."""
-        api.advance_to(inst.end)
+        """Oracle solver: act through ``api`` until ``inst.end``. The default replays the
+        instance's per-event steps as each event fires (``story.run_oracle``)."""
+        from services.tools.scenarios.story import run_oracle
+
+        run_oracle(inst.oracle, inst.end, api)

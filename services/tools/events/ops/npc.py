@@ -67,10 +67,11 @@ def reply(ctx: WorldContext, args: dict[str, Any], env: EffectEnv) -> None:
         thread = (parent.text if parent is not None else "") + "\n\n" + trigger_text
         text = model_reply(env.npc_model_url, args["persona"], thread, text) or text
     latest = None
-    if args.get("thread_msgid"):
+    thread_msgid = args.get("thread_msgid") or (env.trigger or {}).get("rfc822msgid")
+    if thread_msgid:
         from services.tools.apps.gmail.actions import thread_rows
 
-        parent = find_by_msgid(ctx, args["thread_msgid"])
+        parent = find_by_msgid(ctx, thread_msgid)
         if parent is not None:
             latest = thread_rows(ctx, parent.thread_id)[-1]
     subject = args.get("subject") or (

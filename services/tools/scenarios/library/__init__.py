@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from services.tools.scenarios.base import Scenario
 from services.tools.scenarios.library.empty import EmptyScenario
+from services.tools.scenarios.library.hr_onboarding import HROnboarding
 
-ALL: list[Scenario] = [EmptyScenario()]
+ALL: list[Scenario] = [EmptyScenario(), HROnboarding()]
