@@ -101,7 +101,12 @@ class K3Model(nn.Module):
 
 
 class K3ForCausalLM(nn.Module):
-    """The K3 language model at any size given by :class:`K3Config`."""
+    """The K3 language model at any size given by :class:`K3Config`.
+
+    A fresh instance has finite default weights (MXFP4 experts all zero); call
+    :meth:`init_weights` for a seeded random model or load a checkpoint
+    (:mod:`services.model.checkpoint`).
+    """
 
     def __init__(self, config: K3Config) -> None:
         super().__init__()

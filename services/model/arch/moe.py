@@ -55,6 +55,7 @@ class Router(nn.Module):
         self.renormalize = config.moe_renormalize
         self.scaling = config.routed_scaling_factor
         self.weight = nn.Parameter(torch.empty(config.num_experts, config.hidden_size))
+        nn.init.normal_(self.weight, std=config.hidden_size**-0.5)
         # Quantile-balancing bias: used for selection only, never in the mixture weights.
         self.register_buffer("e_score_correction_bias", torch.zeros(config.num_experts))
 
@@ -93,8 +94,8 @@ class RoutedExperts(nn.Module):
             self.register_buffer("w2_packed", torch.zeros(e, lw, im // 2, dtype=u8))
             self.register_buffer("w2_scale", torch.full((e, lw, im // 32), 127, dtype=u8))
         else:
-            self.w13 = nn.Parameter(torch.empty(e, 2 * im, lw))
-            self.w2 = nn.Parameter(torch.empty(e, lw, im))
+            self.w13 = nn.Parameter(torch.randn(e, 2 * im, lw) * lw**-0.5)
+            self.w2 = nn.Parameter(torch.randn(e, lw, im) * im**-0.5)
 
     def forward(
         self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor

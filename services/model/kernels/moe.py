@@ -54,7 +54,7 @@ def _grouped(
     topk_ids: torch.Tensor,
     topk_weights: torch.Tensor,
     num_experts: int,
-    expert_weights: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    expert_weights: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
     beta1: float,
     beta2: float,
 ) -> torch.Tensor:
@@ -66,11 +66,11 @@ def _grouped(
     tokens = token_of_pair[order]
     weights = topk_weights.reshape(-1)[order].float()
     xs = x.float()[tokens]  # [T*k, L] gathered once, expert-major
+    active = torch.nonzero(counts).flatten()
+    w13_all, w2_all = expert_weights(active)  # [A, 2I, L], [A, L, I] fp32, active experts only
     start = 0
-    for e, n in enumerate(counts.tolist()):
-        if n == 0:
-            continue
-        w13, w2 = expert_weights(e)  # [2I, L], [L, I] fp32
+    for a, n in enumerate(counts[active].tolist()):
+        w13, w2 = w13_all[a], w2_all[a]
         h = xs[start : start + n] @ w13.t()
         gate, up = h.chunk(2, dim=-1)
         y = situ_glu(gate, up, beta1, beta2) @ w2.t()
@@ -93,7 +93,7 @@ def fused_moe_mxfp4(
 ) -> torch.Tensor:
     """Routed experts with MXFP4 weights; see the module docstring for shapes."""
 
-    def weights(e: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def weights(e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return dequantize_mxfp4(w13_packed[e], w13_scale[e]), dequantize_mxfp4(
             w2_packed[e], w2_scale[e]
         )
@@ -113,7 +113,7 @@ def fused_moe_dense(
 ) -> torch.Tensor:
     """Routed experts with unquantised weights ``w13 [E, 2I, L]``, ``w2 [E, L, I]``."""
 
-    def weights(e: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def weights(e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return w13[e].float(), w2[e].float()
 
     return _grouped(x, topk_ids, topk_weights, w13.shape[0], weights, beta1, beta2)
