@@ -1,0 +1,1 @@
+"""Mock Google Calendar: the v3 REST shape under ``/worlds/{world}/calendar/v3``."""

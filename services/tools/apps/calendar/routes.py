@@ -1,0 +1,209 @@
+"""Google Calendar v3 routes: ``/worlds/{world_id}/calendar/v3/...``.
+
+The paths are the discovery document's (``calendars/{calendarId}/events``, ``freeBusy``,
+``users/me/calendarList``), so ``googleapiclient.discovery.build("calendar", "v3",
+static_discovery=True, client_options={"api_endpoint": "<tools>/worlds/<id>/"})`` works
+unchanged. Errors are Google's ``{"error": {...}}`` bodies.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
+
+from services.tools.apps.calendar import actions as A
+from services.tools.apps.calendar.errors import GoogleError, GoogleRoute, bad_request
+from services.tools.context import WorldContext, WorldCtx
+
+router = APIRouter(
+    prefix="/worlds/{world_id}/calendar/v3", tags=["calendar"], route_class=GoogleRoute
+)
+
+
+def calendar_context(ctx: WorldCtx, request: Request) -> WorldContext:
+    request.state.world_ctx = ctx
+    return ctx
+
+
+CalCtx = Annotated[WorldContext, Depends(calendar_context)]
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise GoogleError(400, "parseError", "Parse Error") from None
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.")
+    return body
+
+
+Body = Annotated[dict[str, Any], Depends(json_body)]
+
+
+def _int(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise bad_request(f"Invalid value for {name}: {value}") from None
+
+
+def _bool(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
+
+
+# --------------------------------------------------------------------------- calendars
+
+
+@router.get("/users/me/calendarList", operation_id="calendar_calendarList_list")
+def calendar_list(
+    ctx: CalCtx,
+    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+    max_results: Annotated[str | None, Query(alias="maxResults")] = None,
+) -> dict[str, Any]:
+    return A.calendar_list(ctx, page_token=page_token, max_results=_int(max_results, "maxResults"))
+
+
+@router.get("/users/me/calendarList/{calendar_id}", operation_id="calendar_calendarList_get")
+def calendar_list_get(ctx: CalCtx, calendar_id: str) -> dict[str, Any]:
+    return A.calendar_list_get(ctx, calendar_id=calendar_id)
+
+
+@router.post("/calendars", operation_id="calendar_calendars_insert")
+def insert_calendar(ctx: CalCtx, body: Body) -> dict[str, Any]:
+    return A.insert_calendar(
+        ctx,
+        summary=str(body.get("summary") or ""),
+        description=str(body.get("description") or ""),
+        time_zone=body.get("timeZone"),
+    )
+
+
+@router.get("/calendars/{calendar_id}", operation_id="calendar_calendars_get")
+def get_calendar(ctx: CalCtx, calendar_id: str) -> dict[str, Any]:
+    return A.get_calendar(ctx, calendar_id=calendar_id)
+
+
+@router.patch("/calendars/{calendar_id}", operation_id="calendar_calendars_patch")
+def patch_calendar(ctx: CalCtx, calendar_id: str, body: Body) -> dict[str, Any]:
+    return A.patch_calendar(ctx, calendar_id=calendar_id, body=body)
+
+
+@router.put("/calendars/{calendar_id}", operation_id="calendar_calendars_update")
+def update_calendar(ctx: CalCtx, calendar_id: str, body: Body) -> dict[str, Any]:
+    return A.patch_calendar(ctx, calendar_id=calendar_id, body=body)
+
+
+@router.delete(
+    "/calendars/{calendar_id}", status_code=204, operation_id="calendar_calendars_delete"
+)
+def delete_calendar(ctx: CalCtx, calendar_id: str) -> Response:
+    A.delete_calendar(ctx, calendar_id=calendar_id)
+    return Response(status_code=204)
+
+
+# --------------------------------------------------------------------------- events
+
+
+@router.get("/calendars/{calendar_id}/events", operation_id="calendar_events_list")
+def list_events(
+    ctx: CalCtx,
+    calendar_id: str,
+    time_min: Annotated[str | None, Query(alias="timeMin")] = None,
+    time_max: Annotated[str | None, Query(alias="timeMax")] = None,
+    q: str | None = None,
+    single_events: Annotated[str | None, Query(alias="singleEvents")] = None,
+    order_by: Annotated[str | None, Query(alias="orderBy")] = None,
+    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+    max_results: Annotated[str | None, Query(alias="maxResults")] = None,
+    show_deleted: Annotated[str | None, Query(alias="showDeleted")] = None,
+    updated_min: Annotated[str | None, Query(alias="updatedMin")] = None,
+) -> dict[str, Any]:
+    return A.list_events(
+        ctx,
+        calendar_id=calendar_id,
+        time_min=time_min,
+        time_max=time_max,
+        q=q,
+        single_events=_bool(single_events),
+        order_by=order_by,
+        page_token=page_token,
+        max_results=_int(max_results, "maxResults"),
+        show_deleted=_bool(show_deleted),
+        updated_min=updated_min,
+    )
+
+
+@router.post("/calendars/{calendar_id}/events", operation_id="calendar_events_insert")
+def insert_event(
+    ctx: CalCtx,
+    calendar_id: str,
+    body: Body,
+    send_updates: Annotated[str | None, Query(alias="sendUpdates")] = None,
+) -> dict[str, Any]:
+    return A.insert_event(ctx, calendar_id=calendar_id, body=body, send_updates=send_updates)
+
+
+@router.get("/calendars/{calendar_id}/events/{event_id}", operation_id="calendar_events_get")
+def get_event(ctx: CalCtx, calendar_id: str, event_id: str) -> dict[str, Any]:
+    return A.get_event(ctx, calendar_id=calendar_id, event_id=event_id)
+
+
+@router.patch("/calendars/{calendar_id}/events/{event_id}", operation_id="calendar_events_patch")
+def patch_event(
+    ctx: CalCtx,
+    calendar_id: str,
+    event_id: str,
+    body: Body,
+    send_updates: Annotated[str | None, Query(alias="sendUpdates")] = None,
+) -> dict[str, Any]:
+    return A.patch_event(
+        ctx, calendar_id=calendar_id, event_id=event_id, body=body, send_updates=send_updates
+    )
+
+
+@router.put("/calendars/{calendar_id}/events/{event_id}", operation_id="calendar_events_update")
+def update_event(
+    ctx: CalCtx,
+    calendar_id: str,
+    event_id: str,
+    body: Body,
+    send_updates: Annotated[str | None, Query(alias="sendUpdates")] = None,
+) -> dict[str, Any]:
+    return A.update_event(
+        ctx, calendar_id=calendar_id, event_id=event_id, body=body, send_updates=send_updates
+    )
+
+
+@router.delete(
+    "/calendars/{calendar_id}/events/{event_id}",
+    status_code=204,
+    operation_id="calendar_events_delete",
+)
+def delete_event(
+    ctx: CalCtx,
+    calendar_id: str,
+    event_id: str,
+    send_updates: Annotated[str | None, Query(alias="sendUpdates")] = None,
+) -> Response:
+    A.delete_event(ctx, calendar_id=calendar_id, event_id=event_id, send_updates=send_updates)
+    return Response(status_code=204)
+
+
+@router.post("/freeBusy", operation_id="calendar_freebusy_query")
+def free_busy(ctx: CalCtx, body: Body) -> dict[str, Any]:
+    return A.free_busy(
+        ctx,
+        time_min=body.get("timeMin"),
+        time_max=body.get("timeMax"),
+        items=body.get("items"),
+        time_zone=body.get("timeZone"),
+    )
