@@ -350,7 +350,11 @@ class Engine:
             if self.prefix_cache is not None:
                 self.prefix_cache.on_prefill_chunk(req.all_ids()[: req.num_computed], req.state)
             if samples and not req.finished:
-                self._sample(req, row)
+                try:
+                    self._sample(req, row)
+                except Exception as exc:  # noqa: BLE001 - e.g. non-finite logits: fail one request
+                    log.exception("sampling failed for %s", req.request_id)
+                    self._finish(req, "error", [], error=f"sampling failed: {exc}")
 
     def _sample(self, req: _Request, logits) -> None:  # type: ignore[no-untyped-def]
         assert req.sampler and req.decoder and req.stopper

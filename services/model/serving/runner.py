@@ -83,8 +83,7 @@ class K3Runner:
             config = model.config
         else:
             config = K3Config.preset(preset)
-            torch.manual_seed(seed)
-            model = K3ForCausalLM(config)
+            model = K3ForCausalLM(config).init_weights(seed)
         model = model.to(device=device).eval()
         pools = StatePools(config, max_num_seqs, max_pool_tokens, device=device, dtype=dtype)
         log.info(

@@ -40,6 +40,9 @@ class Sampler:
         """``logits [vocab]`` (any device) -> a token id below ``vocab_limit``."""
         p = self.params
         x = logits.detach().to("cpu", torch.float32)[: self.vocab_limit].clone()
+        if not bool(torch.isfinite(x).any()):
+            raise ValueError("the model produced no finite logits")
+        x = torch.nan_to_num(x, nan=float("-inf"), posinf=torch.finfo(torch.float32).max)
         if self._counts and (p.frequency_penalty or p.presence_penalty):
             ids = torch.tensor(list(self._counts), dtype=torch.long)
             counts = torch.tensor(list(self._counts.values()), dtype=torch.float32)
