@@ -392,7 +392,7 @@ def _thread_for(ctx: WorldContext, parsed: mime.ParsedMessage, thread_id: str | 
             .options(defer(GmailMessage.raw))
             .where(GmailMessage.world_id == ctx.world_id, GmailMessage.rfc822_id.in_(refs))
         )
-        rows = sorted(found, key=lambda m: (m.internal_date, m.id))
+        rows = sorted(found, key=lambda m: (_aware(m.internal_date), m.created_seq))
         if rows:
             return rows[-1].thread_id
     return None
@@ -452,6 +452,7 @@ def store_message(
     )
     ctx.session.add(msg)
     msg.history_id = _bump(ctx, "messageAdded", msg, msg.label_ids)
+    msg.created_seq = msg.history_id
     ctx.session.flush()
     return msg
 
@@ -614,7 +615,7 @@ def search(
             if not ok:
                 continue
         out.append(msg)
-    out.sort(key=lambda m: (_aware(m.internal_date), m.id), reverse=True)
+    out.sort(key=lambda m: (_aware(m.internal_date), m.created_seq), reverse=True)
     return out
 
 
@@ -726,7 +727,7 @@ def thread_rows(ctx: WorldContext, thread_id: str) -> list[GmailMessage]:
         .options(defer(GmailMessage.raw))
         .where(GmailMessage.world_id == ctx.world_id, GmailMessage.thread_id == thread_id)
     )
-    return sorted(rows, key=lambda m: (_aware(m.internal_date), m.id))
+    return sorted(rows, key=lambda m: (_aware(m.internal_date), m.created_seq))
 
 
 def get_thread_rows(ctx: WorldContext, thread_id: str) -> list[GmailMessage]:
@@ -853,7 +854,13 @@ def list_drafts(ctx: WorldContext, q: str | None, include_spam_trash: bool) -> l
         ok = {m.id for m in search(ctx, q, ["DRAFT"], include_spam_trash)}
         drafts = [d for d in drafts if d.message_id in ok]
     by_msg = {m.id: m for m in _all_messages(ctx)}
-    drafts.sort(key=lambda d: (_aware(by_msg[d.message_id].internal_date), d.id), reverse=True)
+    drafts.sort(
+        key=lambda d: (
+            _aware(by_msg[d.message_id].internal_date),
+            by_msg[d.message_id].created_seq,
+        ),
+        reverse=True,
+    )
     return drafts
 
 

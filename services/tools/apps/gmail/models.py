@@ -31,6 +31,7 @@ class GmailMessage(WorldScoped, Base):
     label_ids: Mapped[list[str]] = mapped_column(JSON)
     internal_date: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     history_id: Mapped[int] = mapped_column(Integer)
+    created_seq: Mapped[int] = mapped_column(Integer, default=0)  # order among equal dates
     size_estimate: Mapped[int] = mapped_column(Integer)
     raw: Mapped[bytes] = mapped_column(LargeBinary)
     # Parsed once at insert, for search, snippets and threading.

@@ -531,6 +531,9 @@ def _upload_routes(r: APIRouter, prefix: str, dep: Any) -> None:
         )
         return gm.draft_json(ctx, gm.create_draft(ctx, raw, tid))
 
+    for fn in (upload_send, upload_insert, upload_draft):
+        fn.__annotations__["ctx"] = dep  # a real type: FastAPI cannot resolve a local name
+
     r.add_api_route(
         f"{prefix}/messages/send",
         upload_send,

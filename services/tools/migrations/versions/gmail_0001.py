@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("label_ids", sa.JSON, nullable=False),
         sa.Column("internal_date", sa.DateTime(timezone=True), nullable=False),
         sa.Column("history_id", sa.Integer, nullable=False),
+        sa.Column("created_seq", sa.Integer, nullable=False),
         sa.Column("size_estimate", sa.Integer, nullable=False),
         sa.Column("raw", sa.LargeBinary, nullable=False),
         sa.Column("sender", sa.Text, nullable=False),

@@ -1,0 +1,109 @@
+"""Fixtures for the tools service's world, Gmail, event, scenario and fuzz tests.
+
+One tools app (the real ``create_app``, migrated SQLite in a temp dir) serves the whole test
+session; every test makes its own worlds, which are isolated by construction.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.tools.scenarios.api import WorldAPI
+
+
+@pytest.fixture(scope="session")
+def tools_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    from shared.settings import get_settings
+
+    data = tmp_path_factory.mktemp("tools")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("K3STACK_DATA_DIR", str(data))
+        mp.delenv("K3STACK_DATABASE_URL", raising=False)
+        mp.setenv("K3STACK_AUTH_ENABLED", "false")
+        get_settings.cache_clear()
+        from services.tools.app import create_app
+
+        with TestClient(create_app()) as client:
+            yield client
+        get_settings.cache_clear()
+
+
+@dataclass
+class ToolsWorld:
+    client: TestClient
+    id: str
+    token: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def api(self) -> WorldAPI:
+        return WorldAPI(self.client, self.id, self.token)
+
+    def gmail(self, method: str, path: str, **kw: Any) -> Any:
+        """Call ``/gmail/v1/users/me/<path>``; returns the response."""
+        return self.client.request(
+            method, f"/worlds/{self.id}/gmail/v1/users/me/{path}", headers=self.auth, **kw
+        )
+
+    def g(self, method: str, path: str, **kw: Any) -> Any:
+        """As :meth:`gmail`, asserting success and returning the JSON body."""
+        resp = self.gmail(method, path, **kw)
+        assert resp.status_code < 300, resp.text
+        return resp.json() if resp.content else None
+
+    def state(self) -> dict[str, Any]:
+        return self.client.get(f"/worlds/{self.id}/state").json()
+
+    def advance(self, **body: Any) -> dict[str, Any]:
+        resp = self.client.post(f"/worlds/{self.id}/clock/advance", json=body)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+
+def create_world(client: TestClient, scenario: str = "empty", seed: int = 0) -> ToolsWorld:
+    resp = client.post("/worlds", json={"scenario": scenario, "seed": seed})
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    return ToolsWorld(client, body["id"], body["token"])
+
+
+@pytest.fixture
+def world(tools_client: TestClient) -> ToolsWorld:
+    return create_world(tools_client)
+
+
+def raw_mail(
+    to: str = "bob@example.test",
+    subject: str = "hello",
+    body: str = "hi there",
+    *,
+    sender: str | None = None,
+    cc: str | None = None,
+    headers: dict[str, str] | None = None,
+    attachments: list[tuple[str, bytes, str]] | None = None,
+) -> str:
+    """A base64url RFC 2822 message as Gmail's ``raw`` field takes it."""
+    msg = EmailMessage()
+    if sender:
+        msg["From"] = sender
+    msg["To"] = to
+    if cc:
+        msg["Cc"] = cc
+    msg["Subject"] = subject
+    for k, v in (headers or {}).items():
+        msg[k] = v
+    msg.set_content(body)
+    for name, data, mime in attachments or []:
+        main, _, sub = mime.partition("/")
+        msg.add_attachment(data, maintype=main, subtype=sub, filename=name)
+    return base64.urlsafe_b64encode(msg.as_bytes()).decode()
