@@ -286,6 +286,36 @@ class ModelClient(ServiceClient):
     def list_models(self) -> list[str]:
         return [m["id"] for m in self.get_json("/v1/models")["data"]]
 
+    @property
+    def openai_base_url(self) -> str:
+        """What to give the official ``openai`` client (``OpenAI(base_url=...)``)."""
+        return self.base_url + "/v1"
+
+    def chat(self, messages: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+        """One non-streaming chat completion (OpenAI body and answer, as dicts).
+
+        ``options`` are the other request fields (``tools``, ``max_tokens``, ``seed``...);
+        ``model`` defaults to the first model the service lists. POST is not retried.
+        """
+        body = {"messages": messages, **options}
+        body.setdefault("model", self.list_models()[0])
+        body["stream"] = False
+        return self.post_json("/v1/chat/completions", body)
+
+    def complete(self, prompt: str | list[int], **options: Any) -> dict[str, Any]:
+        """One non-streaming raw completion; XTML markers in ``prompt`` become special tokens."""
+        body = {"prompt": prompt, **options}
+        body.setdefault("model", self.list_models()[0])
+        body["stream"] = False
+        return self.post_json("/v1/completions", body)
+
+    def tokenize(
+        self, prompt: str | None = None, *, messages: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """Token ids of ``prompt``, or of ``messages`` rendered through the chat template."""
+        body: dict[str, Any] = {"prompt": prompt} if messages is None else {"messages": messages}
+        return self.post_json("/v1/tokenize", body)["tokens"]
+
 
 class SandboxClient(ServiceClient):
     service = "sandbox"

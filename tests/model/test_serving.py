@@ -242,3 +242,47 @@ def test_top_p_keeps_the_smallest_nucleus():
     assert torch.equal(top_p_filter(probs, 1e-6) > 0, torch.tensor([True, False, False, False]))
     greedy = Sampler(SamplingParams(temperature=0), 4)
     assert greedy.sample(torch.tensor([0.1, 3.0, 0.2, 0.0])) == 1
+
+
+def test_streamed_tool_call_deltas_accumulate_like_the_openai_client(tokenizer):
+    """Parser events -> chunk deltas -> the client's accumulation gives back the whole turn."""
+    import json
+
+    from openai.types.chat import ChatCompletionChunk as ClientChunk
+
+    from services.model.serving.backends.reference import _events_to_deltas
+    from services.model.serving.parser import StreamParser
+    from services.model.serving.protocol import ChatChunkChoice, ChatCompletionChunk
+    from services.model.serving.template import render_assistant
+    from services.model.tokenizer import IncrementalDecoder
+
+    calls = [
+        {"id": "a", "function": {"name": "run_python", "arguments": '{"code": "print(\\"hi\\")\\n"}'}},
+        {"id": "b", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": [1, 2]}'}},
+    ]  # fmt: skip
+    segs = render_assistant(reasoning="two calls", content="On it.", tool_calls=calls)
+    ids = [i for t, sp in segs for i in ([tokenizer.special_id(t)] if sp else tokenizer.encode(t))]
+    parser, dec = StreamParser("think"), IncrementalDecoder(tokenizer)
+    reasoning, content = "", ""
+    tool: dict[int, dict[str, str]] = {}
+    for n, tid in enumerate(ids):
+        events = parser.feed_many(dec.push(tid))
+        if n == len(ids) - 1:
+            events += parser.finish()
+        for delta in _events_to_deltas(events):
+            wire = ChatCompletionChunk(
+                id="x", created=0, model="m", choices=[ChatChunkChoice(delta=delta)]
+            ).model_dump_json(exclude_none=True)
+            d = ClientChunk.model_validate_json(wire).choices[0].delta
+            reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                slot = tool.setdefault(tc.index, {"id": "", "name": "", "args": ""})
+                slot["id"] += tc.id or ""
+                slot["name"] += (tc.function.name if tc.function else None) or ""
+                slot["args"] += (tc.function.arguments if tc.function else None) or ""
+    assert (reasoning, content) == ("two calls", "On it.")
+    assert [tool[i]["name"] for i in sorted(tool)] == ["run_python", "get_weather"]
+    assert json.loads(tool[0]["args"]) == {"code": 'print("hi")\n'}
+    assert json.loads(tool[1]["args"]) == {"city": "Paris", "days": [1, 2]}
+    assert all(tool[i]["id"].startswith("call_") for i in tool)

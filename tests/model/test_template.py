@@ -84,6 +84,18 @@ def test_layout_global_options_then_input_then_one_shot_options():
     assert '[open]tool name="get_weather"[sep]{"description":"Current weather."' in text
 
 
+def test_one_shot_options_are_instructions():
+    msgs = [{"role": "user", "content": "x"}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    text = render_chat(msgs, tools=[WEATHER], tool_choice=named, parallel_tool_calls=False).text
+    assert (
+        'type:="tool-choice"[sep]Call the tool get_weather in this reply. Call at most one' in text
+    )
+    schema = {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}}
+    assert '{"type":"object"}' in render_chat(msgs, response_format=schema).text
+    assert "tool-choice" not in render_chat(msgs, tools=[WEATHER], tool_choice="auto").text
+
+
 def test_typed_arguments_and_indexed_tool_results():
     text = render_chat(conversation(), tools=[WEATHER]).text
     assert (

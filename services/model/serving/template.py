@@ -239,11 +239,13 @@ def render_chat(
     reasoning_effort: str | None = None,
     thinking: bool = True,
     add_generation_prompt: bool = True,
+    parallel_tool_calls: bool | None = None,
 ) -> Rendered:
     """Render an OpenAI-style chat request; raises :class:`TemplateError` on bad input.
 
     ``thinking`` picks the mode (think channel first, preserved in history) or instruct mode;
-    ``reasoning_effort`` adds the thinking-effort option and implies thinking.
+    ``reasoning_effort`` adds the thinking-effort option (thinking mode only);
+    ``parallel_tool_calls=False`` adds "at most one tool" to the one-shot tool-choice option.
     """
     if not messages:
         raise TemplateError("messages: at least one message is required")
@@ -325,6 +327,8 @@ def render_chat(
 
     # One-shot options, after the history so per-request changes keep its cache.
     choice_text = tool_choice_text(tool_choice, declared)
+    if parallel_tool_calls is False and declared and tool_choice != "none":
+        choice_text = ((choice_text or "") + " Call at most one tool at a time.").strip()
     if choice_text:
         w.message(attr_str("role", "option") + attr_json("type", "tool-choice"), choice_text)
     format_text = response_format_text(response_format)

@@ -188,6 +188,7 @@ class ReferenceBackend(Backend):
                 reasoning_effort=None if effort in (None, "none") else effort,
                 thinking=effort != "none",
                 add_generation_prompt=add_generation_prompt,
+                parallel_tool_calls=req.parallel_tool_calls,
             )
         except TemplateError as exc:
             raise OpenAIError(400, str(exc), param=str(exc).split(":", 1)[0]) from exc
