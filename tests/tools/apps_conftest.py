@@ -35,9 +35,8 @@ CLOCK = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday, 09:00 UTC
 def app_routers() -> list[APIRouter]:
     from services.tools.apps.calendar.routes import router as calendar
     from services.tools.apps.notion.routes import router as notion
-    from services.tools.mcp.routes import router as mcp
-
     from services.tools.apps.slack.routes import router as slack
+    from services.tools.mcp.routes import router as mcp
 
     return [slack, notion, calendar, mcp]
 
@@ -50,7 +49,6 @@ def tools_app(tmp: Path, routers: Sequence[APIRouter] | None = None) -> Iterator
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
-        _add_lagging_core_columns(db)  # TEMP: until the core's migration catches up
         app.state.db = db
         yield
         db.close()
@@ -63,17 +61,6 @@ def tools_app(tmp: Path, routers: Sequence[APIRouter] | None = None) -> Iterator
     )
     with TestClient(app):  # runs the lifespan
         yield app
-
-
-def _add_lagging_core_columns(db: ServiceDatabase) -> None:
-    from sqlalchemy import inspect, text
-
-    have = {c["name"] for c in inspect(db.engine).get_columns("tools_worlds")}
-    with db.engine.begin() as conn:
-        for col in WorldRow.__table__.columns:
-            if col.name not in have:
-                kind = col.type.compile(db.engine.dialect)
-                conn.execute(text(f"ALTER TABLE tools_worlds ADD COLUMN {col.name} {kind}"))
 
 
 @dataclass
