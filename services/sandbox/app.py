@@ -1,68 +1,69 @@
-"""Sandbox service: microVM lifecycle (issue 3). Wired today: runtime discovery."""
+"""Sandbox service: isolated machines for agents (issue 3).
+
+Routes in :mod:`services.sandbox.api.routes`, the engine in
+:mod:`services.sandbox.lifecycle.manager`, runtimes in :mod:`services.sandbox.runtime`.
+State: rows in SQL (this service's migrations), checkpoint bodies in the object store,
+sandbox workdirs under ``<data_dir>/sandbox``.
+"""
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
-from pydantic import BaseModel, Field
+from fastapi import FastAPI
 
+from services.sandbox.api.routes import router
+from services.sandbox.lifecycle.manager import SandboxManager
+from services.sandbox.lifecycle.runtimes import make_runtimes
+from services.sandbox.runtime.base import Runtime
 from shared.app import create_app as create_service_app
-from shared.settings import get_settings
+from shared.db import ServiceDatabase
+from shared.objectstore import ObjectStore, make_object_store
+from shared.settings import Settings, get_settings
 
-router = APIRouter(tags=["runtimes"])
-
-
-class RuntimeInfo(BaseModel):
-    name: str
-    available: bool
-    reason: str = Field(description="Why it is or is not usable on this host.")
-    memory_checkpoint: bool = Field(description="Whether checkpoints include guest memory.")
+MIGRATIONS = Path(__file__).parent / "migrations"
+OPENAPI_SPEC = Path(__file__).parent / "openapi.yaml"
 
 
-def discover_runtimes() -> list[RuntimeInfo]:
-    """What this host can run: QEMU microvm, Firecracker, bubblewrap."""
-    qemu = shutil.which("qemu-system-x86_64")
-    fc = shutil.which("firecracker")
-    bwrap = shutil.which("bwrap")
-    kvm = Path("/dev/kvm").exists()
-    return [
-        RuntimeInfo(
-            name="microvm",
-            available=qemu is not None,
-            reason=(
-                f"{qemu} ({'KVM device present' if kvm else 'TCG only'})"
-                if qemu
-                else "qemu-system-x86_64 not on PATH"
-            ),
-            memory_checkpoint=True,
-        ),
-        RuntimeInfo(
-            name="firecracker",
-            available=fc is not None and kvm,
-            reason=fc or "firecracker binary not on PATH",
-            memory_checkpoint=True,
-        ),
-        RuntimeInfo(
-            name="process",
-            available=bwrap is not None,
-            reason=bwrap or "bwrap (bubblewrap) not on PATH",
-            memory_checkpoint=False,
-        ),
-    ]
+def create_app(
+    settings: Settings | None = None,
+    *,
+    runtimes: dict[str, Runtime] | None = None,
+    store: ObjectStore | None = None,
+    background: bool = True,
+) -> FastAPI:
+    """The service. Tests pass ``settings``, ``runtimes`` or ``store`` to use their own, and
+    ``background=False`` to drive timeouts and snapshots with ``manager.tick()``."""
+    settings = settings or get_settings()
+    db = ServiceDatabase("sandbox", settings.database_url or "", MIGRATIONS)
 
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db.migrate()
+        manager = SandboxManager(
+            settings=settings.sandbox,
+            data_dir=Path(settings.data_dir) / "sandbox",
+            db=db,
+            store=store or make_object_store(settings),
+            runtimes=runtimes if runtimes is not None else make_runtimes(settings),
+        )
+        manager.start(background=background)
+        app.state.manager = manager
+        app.state.db = db
+        try:
+            yield
+        finally:
+            manager.close()
+            db.close()
 
-@router.get("/runtimes", response_model=list[RuntimeInfo], operation_id="listRuntimes")
-def list_runtimes() -> list[RuntimeInfo]:
-    """Runtimes this host offers, and why the missing ones are missing."""
-    return discover_runtimes()
-
-
-def create_app() -> FastAPI:
     return create_service_app(
         "sandbox",
         routers=[router],
-        settings=get_settings(),
-        description="MicroVM sandboxes: exec, files, pause/resume, checkpoints, fork.",
+        lifespan=lifespan,
+        health_checks={"database": db.ping},
+        settings=settings,
+        description="Isolated sandboxes for agents: exec, files, pause/resume, incremental "
+        "checkpoints, restore, fork, templates. Lifecycle routes follow E2B's control plane.",
     )

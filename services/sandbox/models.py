@@ -52,6 +52,8 @@ class SandboxRow(Base):
         DateTime(timezone=True), nullable=True
     )
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The runtime's :class:`VMHandle` while running, so a restarted service can adopt it."""
 
 
 class CheckpointRow(Base):

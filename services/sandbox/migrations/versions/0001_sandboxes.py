@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("forked_from", sa.String(64), nullable=True),
         sa.Column("last_snapshot_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("error", sa.Text, nullable=True),
+        sa.Column("handle", sa.JSON, nullable=True),
     )
     op.create_table(
         "sandbox_checkpoints",

@@ -1,0 +1,95 @@
+"""Fixtures of the sandbox tests: a service app on a private data dir, per runtime.
+
+``service`` yields a factory: ``service(runtime="process")`` starts the app (lifespan and all)
+on this test's data dir and returns a ``TestClient``; calling it again after ``stop()`` starts
+a new app instance on the same data dir and database — a service restart. Every sandbox still
+running at the end is destroyed, so no bwrap or QEMU process outlives its test.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from shared.settings import Settings, load_settings
+
+
+def process_runtime_ready() -> tuple[bool, str]:
+    from services.sandbox.runtime.process import ProcessRuntime
+
+    return ProcessRuntime(Path("/nonexistent")).available()
+
+
+class Service:
+    """A started sandbox app and its client; ``restart()`` gives a new instance on the same data."""
+
+    def __init__(self, settings: Settings, runtime: str) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.client: TestClient | None = None
+
+    def start(self) -> TestClient:
+        from services.sandbox.app import create_app
+
+        app = create_app(self.settings, background=False)
+        self.client = TestClient(app)
+        self.client.__enter__()
+        return self.client
+
+    @property
+    def manager(self):  # type: ignore[no-untyped-def]
+        assert self.client is not None
+        return self.client.app.state.manager  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.__exit__(None, None, None)
+            self.client = None
+
+    def restart(self) -> TestClient:
+        self.stop()
+        return self.start()
+
+    def destroy_all(self) -> None:
+        if self.client is None:
+            self.start()
+        m = self.manager
+        for sid, live in list(m._live.items()):
+            try:
+                live.runtime.destroy(live.handle)
+            except Exception:  # noqa: BLE001 - best effort cleanup
+                pass
+            m._live.pop(sid, None)
+        self.stop()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
+    made: list[Service] = []
+
+    def make(runtime: str = "process", **sandbox: object) -> Service:
+        settings = load_settings(
+            data_dir=tmp_path / "data",
+            sandbox={"runtime": runtime, "reaper_interval_s": 3600, **sandbox},
+        )
+        svc = Service(settings, runtime)
+        svc.start()
+        made.append(svc)
+        return svc
+
+    yield make
+    for svc in made:
+        svc.destroy_all()
+    shutil.rmtree(tmp_path / "data", ignore_errors=True)
+
+
+@pytest.fixture
+def proc(service: Callable[..., Service]) -> Service:
+    ok, why = process_runtime_ready()
+    if not ok:
+        pytest.fail(f"the process runtime cannot run here: {why}")
+    return service("process")
