@@ -368,3 +368,25 @@ def test_model_client_speaks_the_api(model_server):
         with pytest.raises(ServiceError, match="at least 1 item") as info:
             mc.chat([])
         assert info.value.status == 400
+
+
+def test_reference_engine_serves_a_checkpoint_with_its_own_tokenizer(tmp_path, serve_app):
+    """A saved random-init checkpoint loads with the tokenizer file it ships, and serves."""
+    import shutil
+
+    from services.model.arch.config import K3Config
+    from services.model.arch.model import K3ForCausalLM
+    from services.model.checkpoint import save_checkpoint
+    from services.model.tokenizer import SHIPPED_TOKENIZER
+
+    ckpt = save_checkpoint(
+        K3ForCausalLM(K3Config.preset("tiny")).init_weights(5), tmp_path / "ckpt"
+    )
+    shutil.copy(SHIPPED_TOKENIZER, ckpt / "tokenizer.json")
+    server = serve_app(create_app(model_settings(checkpoint=str(ckpt), served_model_name="ckpt")))
+    resp = client(server.url).chat.completions.create(
+        model="ckpt", messages=[{"role": "user", "content": "hi"}], max_tokens=4, seed=0
+    )
+    assert resp.usage.completion_tokens >= 1
+    health = httpx.get(server.url + "/health").json()["checks"]["engine"]
+    assert health["generated_tokens"] >= 1

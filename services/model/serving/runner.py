@@ -119,13 +119,7 @@ class K3Runner:
 
 
 def _load_checkpoint(path: Path, *, device: str, dtype: torch.dtype) -> Any:
-    """Load a K3 safetensors checkpoint through the arch package's loader."""
-    try:
-        from services.model import checkpoint as ckpt
-    except ImportError as exc:
-        raise RuntimeError(f"checkpoint loading is unavailable: {exc}") from exc
-    for name in ("load_model", "load_checkpoint", "load"):
-        fn = getattr(ckpt, name, None)
-        if callable(fn):
-            return fn(path, device=device, dtype=dtype)
-    raise RuntimeError("services.model.checkpoint has no load_model(path, device, dtype)")
+    """Load a K3 safetensors checkpoint (config.json + shards) with the arch package's loader."""
+    from services.model.checkpoint import load_checkpoint
+
+    return load_checkpoint(path, device=device, dtype=dtype)

@@ -147,10 +147,11 @@ class Scheduler:
             if not req.is_prefilling or id(req) in scheduled or req.state is None:
                 continue
             chunk = self._chunk(req, budget)
-            try:
-                taken = self.runner.reserve(req.state, len(chunk))
-            except PoolExhausted:
-                continue  # wait for room; decodes free blocks as requests finish
+            # Preempting later requests here too means the earliest request always progresses,
+            # so prefills can never wait on each other forever.
+            taken = self._reserve_preempting(req, len(chunk), scheduled)
+            if taken is None:
+                continue
             batch.append(ScheduledChunk(req, chunk, taken))
             scheduled.add(id(req))
             budget -= len(chunk)
