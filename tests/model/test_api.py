@@ -390,3 +390,29 @@ def test_reference_engine_serves_a_checkpoint_with_its_own_tokenizer(tmp_path, s
     assert resp.usage.completion_tokens >= 1
     health = httpx.get(server.url + "/health").json()["checks"]["engine"]
     assert health["generated_tokens"] >= 1
+
+
+def test_unparseable_output_comes_back_with_errors_and_raw_text(model_server):
+    """Random weights emit stray special tokens; those answers say so instead of failing."""
+    c = client(model_server.url)
+    for seed in range(24):
+        resp = c.chat.completions.create(
+            model="k3-tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=48, seed=seed
+        )
+        extra = resp.choices[0].model_extra or {}
+        if extra.get("parse_errors"):
+            assert isinstance(extra["raw_output"], str) and extra["raw_output"]
+            chunks = list(
+                c.chat.completions.create(
+                    model="k3-tiny",
+                    messages=[{"role": "user", "content": "hi"}],
+                    max_tokens=48,
+                    seed=seed,
+                    stream=True,
+                )
+            )
+            last = chunks[-1].choices[0].model_extra or {}
+            assert last["parse_errors"] == extra["parse_errors"]
+            return
+        assert "raw_output" not in extra
+    pytest.fail("no seed produced unparseable output; the random model changed?")

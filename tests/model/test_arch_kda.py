@@ -87,10 +87,10 @@ def test_bad_chunk_size_is_rejected() -> None:
         chunk_kda(q, k, v, g, beta, chunk_size=0)
 
 
-_HAS_FLA = importlib.util.find_spec("fla") is not None
+_HAS_FLA = all(importlib.util.find_spec(m) is not None for m in ("fla", "einops", "triton"))
 
 
-@pytest.mark.skipif(not _HAS_FLA, reason="fla-core not installed (model extra)")
+@pytest.mark.skipif(not _HAS_FLA, reason="fla-core / triton not installed (model extra)")
 @pytest.mark.parametrize("t", [13, 64], ids=lambda t: f"T{t}")
 def test_matches_fla_naive_reference(t: int) -> None:
     """Gate and recurrence against fla's ``naive_kda_lowerbound_gate`` + ``naive_recurrent_kda``."""

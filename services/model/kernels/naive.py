@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from ..arch.activation import situ_glu
 from ..quant.mxfp4 import dequantize_mxfp4
+from .activation import situ_glu
 
 __all__ = ["naive_fused_moe_mxfp4", "naive_fused_moe_dense"]
 

@@ -248,11 +248,20 @@ class ChatCompletionMessage(_Response):
     tool_calls: list[ToolCall] | None = None
 
 
+_PARSE_ERRORS_DOC = (
+    "k3stack extension, only when the model's output did not parse cleanly: what was wrong. "
+    "What did parse is in the message; agents can turn this into an error observation."
+)
+_RAW_DOC = "k3stack extension, with parse_errors: the raw generated text, markers included."
+
+
 class ChatChoice(_Response):
     index: int = 0
     message: ChatCompletionMessage
     finish_reason: str | None = None
     logprobs: None = None
+    parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
+    raw_output: str | None = Field(None, description=_RAW_DOC)
 
 
 def new_id(prefix: str) -> str:
@@ -293,6 +302,8 @@ class ChatChunkChoice(_Response):
     delta: ChatDelta
     finish_reason: str | None = None
     logprobs: None = None
+    parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
+    raw_output: str | None = Field(None, description=_RAW_DOC)
 
 
 class ChatCompletionChunk(_Response):

@@ -271,6 +271,8 @@ class ReferenceBackend(Backend):
                 ChatChoice(
                     message=message,
                     finish_reason=_finish_reason(last.finish_reason if last else None, parsed),
+                    parse_errors=parsed.errors or None,
+                    raw_output=parsed.raw if parsed.errors else None,
                 )
             ],
             usage=_usage(last, reasoning_tokens),
@@ -282,12 +284,22 @@ class ReferenceBackend(Backend):
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         chunk_id, created = new_id("chatcmpl"), int(time.time())
 
-        def chunk(delta: ChatDelta, finish: str | None = None) -> ChatCompletionChunk:
+        def chunk(
+            delta: ChatDelta, finish: str | None = None, parsed: ParsedMessage | None = None
+        ) -> ChatCompletionChunk:
+            errors = parsed.errors if parsed is not None else []
             return ChatCompletionChunk(
                 id=chunk_id,
                 created=created,
                 model=self.served_model_name,
-                choices=[ChatChunkChoice(delta=delta, finish_reason=finish)],
+                choices=[
+                    ChatChunkChoice(
+                        delta=delta,
+                        finish_reason=finish,
+                        parse_errors=errors or None,
+                        raw_output=parsed.raw if errors and parsed is not None else None,
+                    )
+                ],
             )
 
         parser = StreamParser(rendered.mode)
@@ -307,7 +319,9 @@ class ReferenceBackend(Backend):
             if last is not None and last.error:
                 raise OpenAIError(500, last.error, type="server_error", code="engine_error")
             parsed = parser.result()
-            yield chunk(ChatDelta(), _finish_reason(last.finish_reason if last else None, parsed))
+            yield chunk(
+                ChatDelta(), _finish_reason(last.finish_reason if last else None, parsed), parsed
+            )
             if include_usage:
                 yield ChatCompletionChunk(
                     id=chunk_id,
