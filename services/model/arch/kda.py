@@ -31,12 +31,31 @@ from .config import K3Config
 from .norm import RMSNorm, rms_norm
 
 __all__ = [
+    "kda_kernels",
     "chunk_kda",
     "recurrent_kda",
     "kda_lowerbound_gate",
     "short_conv",
     "KimiDeltaAttention",
 ]
+
+
+def kda_kernels(device: torch.device, mode: str):
+    """The KDA op for ``mode`` ("chunk" or "recurrent") on ``device``.
+
+    On CUDA, fla's ``chunk_kda`` / ``fused_recurrent_kda`` when ``fla-core`` imports (same
+    argument layout; the gate, l2-norm and beta are computed before the call, so none of
+    fla's in-kernel options are used); everywhere else this module's torch code.
+    """
+    if device.type == "cuda":
+        try:
+            from fla.ops.kda import chunk_kda as fla_chunk
+            from fla.ops.kda import fused_recurrent_kda as fla_recurrent
+        except Exception:  # fla or triton missing or broken: use the torch code
+            pass
+        else:
+            return fla_chunk if mode == "chunk" else fla_recurrent
+    return chunk_kda if mode == "chunk" else recurrent_kda
 
 
 def kda_lowerbound_gate(
@@ -230,8 +249,11 @@ class KimiDeltaAttention(nn.Module):
             self.lower_bound,
         )  # fmt: skip
         beta = torch.sigmoid(self.b_proj(x).float())  # [B, T, H]
-        fn = chunk_kda if mode == "chunk" else recurrent_kda
-        o, s = fn(q, k, v.float(), g, beta, initial_state=recurrent_state, output_final_state=True)
+        fn = kda_kernels(x.device, mode)
+        o, s = fn(
+            q=q, k=k, v=v.float(), g=g, beta=beta, initial_state=recurrent_state,
+            output_final_state=True,
+        )  # fmt: skip
         o = rms_norm(o, self.o_norm.weight, self.o_norm.eps).to(x.dtype)  # per-head RMSNorm
         gate = torch.sigmoid(self.g_proj(x)).view(b, t, h, hd)
         y = self.o_proj((gate * o).reshape(b, t, h * hd))
