@@ -113,6 +113,11 @@ def test_k3_parameter_counts_match_the_report() -> None:
     assert abs(active / 104.2e9 - 1) < 0.01, active
 
 
+def test_k3_is_never_allocated_by_accident() -> None:
+    with pytest.raises(ValueError, match="2,779.5B parameters"):
+        K3ForCausalLM(K3Config.preset("k3"))
+
+
 @pytest.mark.parametrize("name", ["tiny", "tiny-moe", "small"])
 def test_parameter_count_matches_the_built_model(name: str) -> None:
     cfg = K3Config.preset(name)

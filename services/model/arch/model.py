@@ -108,8 +108,20 @@ class K3ForCausalLM(nn.Module):
     (:mod:`services.model.checkpoint`).
     """
 
-    def __init__(self, config: K3Config) -> None:
+    def __init__(self, config: K3Config, *, max_params: int | None = 50_000_000_000) -> None:
+        """Build the modules; refuses configs above ``max_params`` (None = no limit).
+
+        The guard keeps ``K3ForCausalLM(K3Config.preset("k3"))`` (2.78T parameters) from
+        trying to allocate terabytes; build under ``torch.device("meta")`` with
+        ``max_params=None`` to inspect such a model without memory.
+        """
         super().__init__()
+        total = config.parameter_count()[0]
+        if max_params is not None and total > max_params:
+            raise ValueError(
+                f"this config has {total / 1e9:,.1f}B parameters, above max_params="
+                f"{max_params / 1e9:,.0f}B; pass max_params=None to build it anyway"
+            )
         self.config = config
         self.model = K3Model(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
