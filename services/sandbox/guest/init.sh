@@ -1,0 +1,27 @@
+#!/bin/sh
+# PID 1 of the busybox image: mount, load virtio modules in dependency order, optional
+# network, then keep the guest agent running on the virtio-serial port.
+/bin/busybox --install -s /bin
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+mkdir -p /proc /sys /dev /tmp /run /home/user /data
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+for m in virtio_ring virtio virtio_mmio virtio_console virtio_blk virtio_balloon failover net_failover virtio_net; do
+  [ -f /lib/modules/$m.ko ] && insmod /lib/modules/$m.ko 2>/dev/null
+done
+hostname sandbox
+ip link set lo up 2>/dev/null
+if [ -e /sys/class/net/eth0 ]; then
+  # QEMU user-mode network: fixed addresses, no DHCP round trip at boot.
+  ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2
+  echo "nameserver 10.0.2.3" > /etc/resolv.conf
+fi
+if [ -b /dev/vda ]; then mount /dev/vda /data 2>/dev/null; fi
+while [ ! -e /dev/vport0p1 ]; do sleep 0.02; done
+while true; do
+  /sbin/k3s-agent /dev/vport0p1
+  sleep 0.2
+done

@@ -1,0 +1,1 @@
+"""Guest images of the microvm runtime (see ``builder``)."""

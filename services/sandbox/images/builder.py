@@ -1,0 +1,295 @@
+"""Image builder of the microvm runtime: guest kernel lookup, busybox and Debian images.
+
+An *image* is what a microVM boots: the Debian cloud kernel fetched by
+``scripts/setup_sandbox.sh``, an initramfs, and optionally a read-only base disk.
+
+* ``busybox`` (tests, benchmarks): one uncompressed initramfs holding static busybox, the
+  virtio modules, ``/init`` (``guest/init.sh``) and the guest agent (``guest/agent.c``, built
+  here with ``gcc -static``). The root filesystem is the kernel's initramfs tmpfs, i.e. guest
+  RAM: every file a sandbox writes lives in memory, so memory checkpoints capture files and
+  processes together and no disk layer is needed.
+* ``debian`` (real tasks): a debootstrapped Debian 12 root with python3, bash, coreutils, git and
+  curl, as an ext4 base disk (qcow2, shared read-only by every sandbox; each sandbox writes to
+  its own qcow2 overlay) plus the busybox initramfs, whose ``/init`` mounts it when present.
+  Built on demand (minutes, needs ``debootstrap`` and the Debian mirror), never in tests.
+
+Build outputs go to a cache directory (never into the repository):
+``$K3STACK_SANDBOX_CACHE``, else ``/var/cache/k3stack`` as root, else ``~/.cache/k3stack``.
+Each image lives in a folder named after a hash of its inputs, so a changed agent or init
+script gives a new image and old sandboxes keep theirs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.sandbox.runtime.base import RuntimeUnavailable
+
+log = logging.getLogger(__name__)
+
+GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
+SETUP_HINT = "run scripts/setup_sandbox.sh (installs QEMU, busybox-static, fetches the kernel)"
+MODULE_ORDER = (
+    "virtio_ring",
+    "virtio",
+    "virtio_mmio",
+    "virtio_console",
+    "virtio_blk",
+    "virtio_balloon",
+    "failover",
+    "net_failover",
+    "virtio_net",
+)
+"""Guest modules in load order (each depends only on earlier ones)."""
+
+
+def sandbox_cache_dir() -> Path:
+    """Where kernels and images are cached (see module docstring)."""
+    env = os.environ.get("K3STACK_SANDBOX_CACHE")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/cache/k3stack")
+    return Path.home() / ".cache" / "k3stack"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    vmlinuz: Path
+    modules: Path
+    version: str
+
+
+@dataclass(frozen=True)
+class Image:
+    """A bootable image. ``disk`` (qcow2, read-only base) is None for initramfs-only images."""
+
+    name: str
+    kernel: Kernel
+    initrd: Path
+    disk: Path | None = None
+    cmdline: str = ""
+
+
+def find_kernel() -> Kernel:
+    """The guest kernel unpacked by the setup script.
+
+    Raises:
+        RuntimeUnavailable: not there yet (the message says to run the setup script).
+    """
+    kdir = sandbox_cache_dir() / "kernel"
+    vmlinuz, modules = kdir / "vmlinuz", kdir / "modules"
+    if not vmlinuz.is_file() or not modules.is_dir():
+        raise RuntimeUnavailable(f"guest kernel not found in {kdir}: {SETUP_HINT}")
+    version = (kdir / "version").read_text().strip() if (kdir / "version").exists() else "?"
+    return Kernel(vmlinuz=vmlinuz, modules=modules, version=version)
+
+
+# --------------------------------------------------------------------------- cpio (newc)
+
+
+class CpioWriter:
+    """Minimal SVR4 ``newc`` archive writer (what the kernel unpacks as initramfs)."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self._ino = 1
+
+    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)):
+        nameb = name.encode() + b"\0"
+        fields = [
+            self._ino,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            len(data),
+            0,
+            0,
+            rdev[0],
+            rdev[1],
+            len(nameb),
+            0,
+        ]
+        self._ino += 1
+        hdr = b"070701" + b"".join(b"%08X" % f for f in fields)
+        self._fh.write(hdr + nameb)
+        self._fh.write(b"\0" * ((4 - (len(hdr) + len(nameb)) % 4) % 4))
+        self._fh.write(data)
+        self._fh.write(b"\0" * ((4 - len(data) % 4) % 4))
+
+    def dir(self, name: str, perm: int = 0o755) -> None:
+        self._entry(name, stat.S_IFDIR | perm)
+
+    def file(self, name: str, data: bytes, perm: int = 0o644) -> None:
+        self._entry(name, stat.S_IFREG | perm, data)
+
+    def symlink(self, name: str, target: str) -> None:
+        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
+
+    def chardev(self, name: str, major: int, minor: int, perm: int = 0o600) -> None:
+        self._entry(name, stat.S_IFCHR | perm, rdev=(major, minor))
+
+    def close(self) -> None:
+        self._entry("TRAILER!!!", 0)
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:16]
+
+
+def _static_busybox() -> Path:
+    for cand in ("/bin/busybox", "/usr/bin/busybox"):
+        p = Path(cand)
+        if p.is_file():
+            out = subprocess.run(["file", "-b", str(p)], capture_output=True, text=True)
+            if out.returncode != 0 or "static" in out.stdout or "dynamic" not in out.stdout:
+                return p
+    raise RuntimeUnavailable(f"static busybox not found (package busybox-static): {SETUP_HINT}")
+
+
+def build_agent(out: Path) -> Path:
+    """Compile the guest agent statically (gcc -static -O2) to ``out``."""
+    gcc = shutil.which("gcc")
+    if not gcc:
+        raise RuntimeUnavailable(f"gcc not found (needed to build the guest agent): {SETUP_HINT}")
+    src = GUEST_DIR / "agent.c"
+    res = subprocess.run(
+        [gcc, "-static", "-O2", "-Wall", "-o", str(out), str(src)],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise RuntimeUnavailable(f"building the guest agent failed: {res.stderr.strip()[-2000:]}")
+    return out
+
+
+def build_busybox_image(force: bool = False) -> Image:
+    """Build (or reuse) the busybox initramfs image. ~1 s; cached by input hash."""
+    kernel = find_kernel()
+    busybox = _static_busybox()
+    init = (GUEST_DIR / "init.sh").read_bytes()
+    agent_src = (GUEST_DIR / "agent.c").read_bytes()
+    modules = {m: kernel.modules / f"{m}.ko" for m in MODULE_ORDER}
+    key = _digest(
+        init,
+        agent_src,
+        busybox.read_bytes(),
+        kernel.version.encode(),
+        *(p.read_bytes() for p in modules.values() if p.exists()),
+    )
+    folder = sandbox_cache_dir() / "images" / f"busybox-{key}"
+    initrd = folder / "initramfs.cpio"
+    if initrd.exists() and not force:
+        return Image(name="busybox", kernel=kernel, initrd=initrd)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".busybox-", dir=folder.parent))
+    try:
+        agent = build_agent(tmp / "k3s-agent")
+        with open(tmp / "initramfs.cpio", "wb") as fh:
+            w = CpioWriter(fh)
+            for d in ("bin", "sbin", "dev", "proc", "sys", "tmp", "etc", "lib", "lib/modules"):
+                w.dir(d)
+            w.dir("home")
+            w.dir("home/user")
+            w.chardev("dev/console", 5, 1)
+            w.chardev("dev/null", 1, 3, 0o666)
+            w.file("bin/busybox", busybox.read_bytes(), 0o755)
+            w.symlink("bin/sh", "busybox")
+            w.file("sbin/k3s-agent", agent.read_bytes(), 0o755)
+            w.file("init", init, 0o755)
+            w.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
+            w.file("etc/group", b"root:x:0:\n")
+            w.file("etc/hosts", b"127.0.0.1 localhost sandbox\n")
+            for name, path in modules.items():
+                if path.exists():
+                    w.file(f"lib/modules/{name}.ko", path.read_bytes())
+            w.close()
+        (tmp / "k3s-agent").unlink()
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    log.info("built busybox image %s", folder)
+    return Image(name="busybox", kernel=kernel, initrd=initrd)
+
+
+DEBIAN_PACKAGES = ("python3", "bash", "coreutils", "git", "curl", "ca-certificates", "procps")
+
+
+def build_debian_image(force: bool = False, size_mb: int = 2048) -> Image:
+    """Build (or reuse) the Debian image: debootstrap bookworm + packages -> ext4 -> qcow2 base.
+
+    Minutes on first use (downloads ~150 MB from the Debian mirror); needs root, debootstrap,
+    mkfs.ext4 and qemu-img. The busybox initramfs boots it and mounts it at ``/``? No: it is
+    mounted at ``/data``... see ``guest/init.sh``; the microvm runtime passes ``k3s.root=vda``
+    so ``/init`` switches root into it before starting the agent.
+    """
+    base = build_busybox_image()
+    folder = sandbox_cache_dir() / "images" / "debian-bookworm"
+    disk = folder / "rootfs.qcow2"
+    if disk.exists() and not force:
+        return Image(name="debian", kernel=base.kernel, initrd=base.initrd, disk=disk)
+    for tool in ("debootstrap", "mkfs.ext4", "qemu-img"):
+        if not shutil.which(tool):
+            raise RuntimeUnavailable(f"{tool} not found: apt-get install debootstrap e2fsprogs")
+    folder.mkdir(parents=True, exist_ok=True)
+    root = folder / "root.tmp"
+    shutil.rmtree(root, ignore_errors=True)
+    subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(DEBIAN_PACKAGES)}",
+            "bookworm",
+            str(root),
+            "http://deb.debian.org/debian",
+        ],
+        check=True,
+    )
+    agent = build_agent(root / "sbin" / "k3s-agent")
+    agent.chmod(0o755)
+    (root / "home" / "user").mkdir(parents=True, exist_ok=True)
+    raw = folder / "rootfs.ext4"
+    subprocess.run(["truncate", "-s", f"{size_mb}M", str(raw)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(root), str(raw)], check=True)
+    subprocess.run(
+        ["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(disk)], check=True
+    )
+    raw.unlink()
+    shutil.rmtree(root, ignore_errors=True)
+    return Image(name="debian", kernel=base.kernel, initrd=base.initrd, disk=disk)
+
+
+IMAGES = {"busybox": build_busybox_image, "debian": build_debian_image}
+
+
+def get_image(name: str) -> Image:
+    """The image called ``name``, built if needed.
+
+    Raises:
+        ValueError: unknown image name (lists the choices).
+        RuntimeUnavailable: kernel or build tools missing.
+    """
+    try:
+        builder = IMAGES[name]
+    except KeyError:
+        raise ValueError(f"unknown image {name!r}; choose one of {sorted(IMAGES)}") from None
+    return builder()
