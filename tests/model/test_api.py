@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import openai
@@ -416,3 +417,23 @@ def test_unparseable_output_comes_back_with_errors_and_raw_text(model_server):
             return
         assert "raw_output" not in extra
     pytest.fail("no seed produced unparseable output; the random model changed?")
+
+
+def test_a_client_that_disconnects_frees_its_request(model_server):
+    body = {
+        "model": "k3-tiny",
+        "messages": [{"role": "user", "content": "a long story please"}],
+        "max_tokens": 1500,
+        "stream": True,
+        "seed": 1,
+    }
+    with httpx.stream("POST", model_server.url + "/v1/chat/completions", json=body) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data:")
+    for _ in range(200):
+        engine = httpx.get(model_server.url + "/health").json()["checks"]["engine"]
+        if engine["running"] == 0 and engine["waiting"] == 0:
+            break
+        time.sleep(0.05)
+    assert engine["running"] == 0 and engine["waiting"] == 0
+    assert engine["free_slots"] == 8

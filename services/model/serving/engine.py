@@ -415,7 +415,8 @@ class Engine:
             return
         req.finished = True
         self.scheduler.finish(req)
-        self._by_id.pop(req.request_id, None)
+        with self._cv:
+            self._by_id.pop(req.request_id, None)
         self.stats.num_finished += 1
         req.sink(self._output(req, tokens or [], pieces, finished=True, reason=reason, error=error))
 
