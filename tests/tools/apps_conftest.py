@@ -134,3 +134,36 @@ def live_server(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextmanager
+def service_server(tmp: Path) -> Iterator[tuple[FastAPI, str]]:
+    """The real tools service (``services.tools.app.create_app``: worlds API, every app, MCP)
+    on a free port, for the official-SDK contract tests; yields ``(app, base_url)``."""
+    import os
+
+    from services.tools.app import create_app
+    from shared.settings import get_settings
+
+    saved = {k: os.environ.get(k) for k in ("K3STACK_DATA_DIR", "K3STACK_AUTH_ENABLED")}
+    os.environ["K3STACK_DATA_DIR"] = str(tmp)
+    os.environ["K3STACK_AUTH_ENABLED"] = "false"
+    get_settings.cache_clear()
+    try:
+        app = create_app()
+        with TestClient(app):  # runs the lifespan: migrations, app.state.db
+            with live_server(app) as url:
+                yield app, url
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        get_settings.cache_clear()
+
+
+def create_world(base_url: str, seed: int = 0) -> tuple[str, str]:
+    """``POST /worlds`` on the real service: (world id, world token)."""
+    body = httpx.post(f"{base_url}/worlds", json={"scenario": "empty", "seed": seed}).json()
+    return body["id"], body["token"]

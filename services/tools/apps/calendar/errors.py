@@ -16,6 +16,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from shared.errors import APIError
@@ -78,6 +79,14 @@ def to_google_error(exc: Exception) -> GoogleError:
     return GoogleError(500, "backendError", "Backend Error")
 
 
+async def commit_world(request: Request) -> None:
+    """Commit before the response leaves: the context dependency would commit only after the
+    response is sent, so a client's next call could miss (or race) this one's writes."""
+    ctx = getattr(request.state, "world_ctx", None)
+    if ctx is not None:
+        await run_in_threadpool(ctx.session.commit)
+
+
 class GoogleRoute(APIRoute):
     """An APIRoute whose failures come back in Google's error shape."""
 
@@ -86,7 +95,9 @@ class GoogleRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             try:
-                return await handler(request)
+                response = await handler(request)
+                await commit_world(request)
+                return response
             except Exception as exc:  # noqa: BLE001 - every failure becomes a Google error body
                 ctx = getattr(request.state, "world_ctx", None)
                 if ctx is not None:

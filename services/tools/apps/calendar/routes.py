@@ -1,9 +1,11 @@
 """Google Calendar v3 routes: ``/worlds/{world_id}/calendar/v3/...``.
 
 The paths are the discovery document's (``calendars/{calendarId}/events``, ``freeBusy``,
-``users/me/calendarList``), so ``googleapiclient.discovery.build("calendar", "v3",
-static_discovery=True, client_options={"api_endpoint": "<tools>/worlds/<id>/"})`` works
-unchanged. Errors are Google's ``{"error": {...}}`` bodies.
+``users/me/calendarList``) under ``calendar/v3/``, so ``googleapiclient.discovery.build(
+"calendar", "v3", static_discovery=True, credentials=Credentials(token=<world token>),
+client_options={"api_endpoint": "<tools>/worlds/<id>/calendar/v3/"})`` works unchanged (an
+``api_endpoint`` replaces the discovery's root URL *and* service path, as with the real API).
+Errors are Google's ``{"error": {...}}`` bodies.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from shared.errors import APIError
@@ -63,6 +64,14 @@ def rollback_world(request: Request) -> None:
         ctx.session.rollback()
 
 
+async def commit_world(request: Request) -> None:
+    """Commit before the response leaves: the context dependency would commit only after the
+    response is sent, so a client's next call could miss (or race) this one's writes."""
+    ctx = getattr(request.state, "world_ctx", None)
+    if ctx is not None:
+        await run_in_threadpool(ctx.session.commit)
+
+
 class SlackRoute(APIRoute):
     """An APIRoute whose failures come back in Slack's ``{"ok": false}`` style."""
 
@@ -71,7 +80,9 @@ class SlackRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             try:
-                return await handler(request)
+                response = await handler(request)
+                await commit_world(request)
+                return response
             except Exception as exc:  # noqa: BLE001 - every failure becomes a Slack error body
                 rollback_world(request)
                 err = to_slack_error(exc)
