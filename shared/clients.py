@@ -318,11 +318,129 @@ class ModelClient(ServiceClient):
 
 
 class SandboxClient(ServiceClient):
+    """The sandbox service's API (E2B-shaped lifecycle, k3stack exec/files/checkpoints).
+
+    Methods return the service's JSON bodies as dicts; every error is a :class:`ServiceError`
+    (404 unknown sandbox, 409 wrong state or runtime, 400 bad path, 413 too large).
+    """
+
     service = "sandbox"
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **kw: Any) -> SandboxClient:
         return cls(**cls._settings_kwargs("sandbox", settings, **kw))
+
+    # lifecycle
+    def create(self, template: str = "busybox", **fields: Any) -> dict[str, Any]:
+        """``fields``: timeout, autoPause, cpuCount, memoryMB, metadata, envVars, network, runtime."""
+        return self.post_json("/sandboxes", {"templateID": template, **fields})
+
+    def get(self, sandbox_id: str) -> dict[str, Any]:
+        return self.get_json(f"/sandboxes/{sandbox_id}")
+
+    def list(self, state: list[str] | None = None, metadata: str | None = None) -> list[dict]:
+        params: dict[str, Any] = {}
+        if state:
+            params["state"] = ",".join(state)
+        if metadata:
+            params["metadata"] = metadata
+        return self.get_json("/sandboxes", params=params)
+
+    def kill(self, sandbox_id: str) -> None:
+        self.request("DELETE", f"/sandboxes/{sandbox_id}")
+
+    def pause(self, sandbox_id: str) -> None:
+        self.request("POST", f"/sandboxes/{sandbox_id}/pause")
+
+    def resume(self, sandbox_id: str, timeout: int | None = None) -> dict[str, Any]:
+        return self.post_json(f"/sandboxes/{sandbox_id}/resume", {"timeout": timeout})
+
+    def connect(self, sandbox_id: str, timeout: int | None = None) -> dict[str, Any]:
+        return self.post_json(f"/sandboxes/{sandbox_id}/connect", {"timeout": timeout})
+
+    def set_timeout(self, sandbox_id: str, timeout: int) -> None:
+        self.request("POST", f"/sandboxes/{sandbox_id}/timeout", json={"timeout": timeout})
+
+    def fork(
+        self, sandbox_id: str, count: int = 1, memory: bool = True, timeout: int | None = None
+    ) -> list[dict[str, Any]]:
+        """One result per fork, each with exactly one of ``sandbox`` or ``error``."""
+        body = {"count": count, "memory": memory, "timeout": timeout}
+        return self.post_json(f"/sandboxes/{sandbox_id}/fork", body)
+
+    # checkpoints
+    def checkpoint(self, sandbox_id: str, name: str | None = None) -> dict[str, Any]:
+        return self.post_json(f"/sandboxes/{sandbox_id}/checkpoints", {"name": name})
+
+    def checkpoints(self, sandbox_id: str) -> list[dict[str, Any]]:
+        return self.get_json(f"/sandboxes/{sandbox_id}/checkpoints")
+
+    def lineage(self, checkpoint_id: str) -> list[dict[str, Any]]:
+        return self.get_json(f"/checkpoints/{checkpoint_id}/lineage")
+
+    def restore(self, sandbox_id: str, checkpoint_id: str) -> dict[str, Any]:
+        return self.post_json(f"/sandboxes/{sandbox_id}/restore", {"checkpoint_id": checkpoint_id})
+
+    # exec
+    def exec(
+        self, sandbox_id: str, cmd: str | list[str], *, timeout: float = 60.0, **fields: Any
+    ) -> dict[str, Any]:
+        """``cmd`` a string runs through /bin/sh -c, a list is an argv. ``fields``: env, cwd,
+        stdin, background. Returns exit_code, stdout, stderr, timed_out, pid, duration_ms."""
+        body = {"cmd": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
+        return self.post_json(
+            f"/sandboxes/{sandbox_id}/exec", {**body, "timeout_s": timeout, **fields}
+        )
+
+    def exec_stream(self, sandbox_id: str, cmd: str | list[str], **fields: Any) -> Any:
+        """Yield the events (dicts) of a streamed exec as they arrive."""
+        import json as _json
+
+        body = {"cmd": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
+        with self._http.stream(
+            "POST", f"/sandboxes/{sandbox_id}/exec/stream", json={**body, **fields}
+        ) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise _error_from_response(self.service, resp)
+            for line in resp.iter_lines():
+                if line:
+                    yield _json.loads(line)
+
+    # files
+    def read_file(self, sandbox_id: str, path: str) -> bytes:
+        return self.request("GET", f"/sandboxes/{sandbox_id}/files", params={"path": path}).content
+
+    def write_file(
+        self, sandbox_id: str, path: str, data: bytes | str, mode: int = 0o644
+    ) -> dict[str, Any]:
+        content = data.encode() if isinstance(data, str) else data
+        return self.request(
+            "PUT", f"/sandboxes/{sandbox_id}/files",
+            params={"path": path, "mode": f"{mode:o}"}, content=content,
+        ).json()  # fmt: skip
+
+    def list_dir(self, sandbox_id: str, path: str) -> list[dict[str, Any]]:
+        return self.get_json(f"/sandboxes/{sandbox_id}/files/list", params={"path": path})
+
+    def stat(self, sandbox_id: str, path: str) -> dict[str, Any]:
+        return self.get_json(f"/sandboxes/{sandbox_id}/files/stat", params={"path": path})
+
+    def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None:
+        self.request(
+            "DELETE", f"/sandboxes/{sandbox_id}/files",
+            params={"path": path, "recursive": str(recursive).lower()},
+        )  # fmt: skip
+
+    # templates and runtimes
+    def build_template(self, name: str, steps: list[dict[str, Any]], **fields: Any) -> dict:
+        return self.post_json("/templates", {"name": name, "steps": steps, **fields})
+
+    def template(self, template_id: str) -> dict[str, Any]:
+        return self.get_json(f"/templates/{template_id}")
+
+    def runtimes(self) -> list[dict[str, Any]]:
+        return self.get_json("/runtimes")
 
 
 class ToolsClient(ServiceClient):
