@@ -136,5 +136,7 @@ def world_context_by_token(request: Request) -> Iterator[WorldContext]:
         yield WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
 
 
-WorldCtx = Annotated[WorldContext, Depends(world_context)]
-WorldCtxByToken = Annotated[WorldContext, Depends(world_context_by_token)]
+# scope="function": commit before the response goes out, so a client that gets an answer
+# always reads its own write in the next request (and a failing commit is an error answer).
+WorldCtx = Annotated[WorldContext, Depends(world_context, scope="function")]
+WorldCtxByToken = Annotated[WorldContext, Depends(world_context_by_token, scope="function")]

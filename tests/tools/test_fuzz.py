@@ -1,0 +1,78 @@
+"""Property-based fuzzing of the tools service over its own OpenAPI document (schemathesis):
+whatever the generated request, the answer is never a 5xx.
+
+Runs in-process through the session's ``TestClient``: schemathesis turns every operation of
+``/openapi.json`` into a Hypothesis strategy of requests; path parameters naming a world point
+at a real world (so app routes get past authentication and exercise their logic), ``userId``
+is ``me``, and the world token rides on every request.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+from tests.tools.conftest import create_world, raw_mail  # noqa: E402
+
+EXAMPLES = 8
+# Deleting or resetting the shared world would only turn later cases into 404s.
+SKIP = {("DELETE", "/worlds/{world_id}")}
+# 5xx found by this test in routes owned elsewhere, reported to their owner; listed here so
+# the rest stays guarded. Slack's upload route compares a non-ASCII URL key with
+# hmac.compare_digest(str, str), which raises TypeError.
+KNOWN_5XX = {"POST /worlds/{world_id}/slack/upload/{file_id}/{key}"}
+
+
+def _operations(tools_client):  # type: ignore[no-untyped-def]
+    doc = tools_client.get("/openapi.json").json()
+    schema = schemathesis.openapi.from_dict(doc)
+    ops = []
+    for result in schema.get_all_operations():
+        op = result.ok()
+        if (op.method.upper(), op.path) not in SKIP:
+            ops.append(op)
+    return ops
+
+
+def test_no_server_errors(tools_client) -> None:  # type: ignore[no-untyped-def]
+    world = create_world(tools_client, "hr_onboarding", 5)
+    world.advance(by="1d")
+    world.g("POST", "messages/send", json={"raw": raw_mail(subject="seed mail")})
+    failures: list[str] = []
+    ops = _operations(tools_client)
+    assert len(ops) > 40  # the apps' routes are in the document
+
+    for op in ops:
+
+        @given(case=op.as_strategy())
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def run(case) -> None:  # type: ignore[no-untyped-def]
+            if case.path_parameters is not None:
+                if "world_id" in case.path_parameters:
+                    case.path_parameters["world_id"] = world.id
+                if "userId" in case.path_parameters:
+                    case.path_parameters["userId"] = "me"
+            kwargs = case.as_transport_kwargs(base_url="http://testserver")
+            headers = {k: str(v) for k, v in (kwargs.pop("headers", None) or {}).items()}
+            headers["Authorization"] = f"Bearer {world.token}"
+            allowed = {"method", "url", "params", "json", "content", "data", "files", "cookies"}
+            kwargs = {k: v for k, v in kwargs.items() if k in allowed}
+            resp = tools_client.request(headers=headers, **kwargs)
+            if resp.status_code >= 500:
+                failures.append(
+                    f"{op.method.upper()} {op.path} :: {case.method} {case.formatted_path} {kwargs.get('params')} "
+                    f"{str(kwargs.get('json'))[:200]} -> {resp.text[:300]}"
+                )
+
+        run()
+    routes = sorted({f.split(" :: ")[0] for f in failures} - KNOWN_5XX)
+    failures = [f for f in failures if f.split(" :: ")[0] not in KNOWN_5XX]
+    assert not failures, "5xx on " + ", ".join(routes) + "\n" + "\n".join(failures[:10])
