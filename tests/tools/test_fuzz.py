@@ -68,7 +68,7 @@ def test_no_server_errors(tools_client) -> None:  # type: ignore[no-untyped-def]
             resp = tools_client.request(headers=headers, **kwargs)
             if resp.status_code >= 500:
                 failures.append(
-                    f"{op.method.upper()} {op.path} :: {case.method} {case.formatted_path} {kwargs.get('params')} "
+                    f"{case.operation.method.upper()} {case.operation.path} :: {case.method} {case.formatted_path} {kwargs.get('params')} "
                     f"{str(kwargs.get('json'))[:200]} -> {resp.text[:300]}"
                 )
 
