@@ -437,3 +437,13 @@ def test_a_client_that_disconnects_frees_its_request(model_server):
         time.sleep(0.05)
     assert engine["running"] == 0 and engine["waiting"] == 0
     assert engine["free_slots"] == 8
+
+
+def test_tool_call_only_answers_keep_a_null_content(tmp_path, serve_app):
+    path = tmp_path / "t.jsonl"
+    request = {"messages": HISTORY[:2], "tools": TOOLS}
+    path.write_text(json.dumps({"request": request, "response": RECORDED}) + "\n")
+    server = serve_app(create_app(model_settings(engine="replay", replay_file=str(path))))
+    raw = httpx.post(server.url + "/v1/chat/completions", json=request).json()
+    message = raw["choices"][0]["message"]
+    assert message["content"] is None and len(message["tool_calls"]) == 2

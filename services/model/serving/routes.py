@@ -102,7 +102,12 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     backend.check_model(body.model)
     if body.stream:
         return await _event_stream(backend.chat_stream(body))
-    return await backend.chat(body)
+    answer = await backend.chat(body)
+    data = answer.model_dump(mode="json", exclude_none=True)
+    for choice in data.get("choices", []):
+        # OpenAI always sends "content" (null for tool-call-only turns); raw-JSON clients index it.
+        choice.setdefault("message", {}).setdefault("content", None)
+    return JSONResponse(data)
 
 
 @router.post(
