@@ -278,6 +278,8 @@ def _do(api: WorldAPI, step: dict[str, Any]) -> None:
         ]["id"]
         ch = api.app("POST", "slack/api/conversations.open", json={"users": uid})["channel"]["id"]
         api.app("POST", "slack/api/chat.postMessage", json={"channel": ch, "text": step["text"]})
+    elif kind == "calendar.insert":
+        _calendar_insert(api, step)
     elif kind == "http":
         api.app(step["method"], step["path"], json=step.get("json"))
     else:
@@ -324,3 +326,7 @@ def run_oracle(oracle: dict[str, list[dict[str, Any]]], end: datetime, api: Worl
 def days_after(dt: datetime, days: int, hour: int = 17) -> datetime:
     d = dt + timedelta(days=days)
     return d.replace(hour=hour, minute=0, second=0, microsecond=0)
+
+
+def _calendar_insert(api: WorldAPI, step: dict[str, Any]) -> None:
+    api.app("POST", "calendar/v3/calendars/primary/events", json=step["event"])

@@ -90,11 +90,19 @@ def sent_messages(ctx: WorldContext, args: dict[str, Any]) -> list[GmailMessage]
             return []
         thread_id = parent.thread_id
     after = datetime.fromisoformat(args["after"]) if args.get("after") else None
+    after_seq = None
+    if args.get("after_msgid"):
+        ref = find_by_msgid(ctx, args["after_msgid"])
+        if ref is None:
+            return []
+        after_seq = ref.created_seq
     out = []
     for msg in gm.search(ctx, None, ["SENT"], include_spam_trash=True):
         if thread_id and msg.thread_id != thread_id:
             continue
         if after and gm._aware(msg.internal_date) < after:
+            continue
+        if after_seq is not None and msg.created_seq <= after_seq:
             continue
         rcpt = mime.addresses(", ".join([msg.to, msg.cc, msg.bcc]))
         if any(a not in rcpt for a in lower_all(args.get("to"))):
@@ -123,6 +131,7 @@ def sent_messages(ctx: WorldContext, args: dict[str, Any]) -> list[GmailMessage]
 @predicate("gmail.sent")
 def sent(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     """A message the user sent matches: to, cc, not_to, in_thread_of (a Message-ID),
+    after_msgid (sent after that message arrived),
     subject_contains, body_contains (all), body_contains_any, body_excludes, attachment, after;
     at least ``min_count`` (1) of them, at most ``max_count`` when given."""
     found = sent_messages(ctx, args)
