@@ -118,11 +118,13 @@ def migrate(engine: Engine, migrations_dir: Path, service: str, revision: str = 
 
 
 def current_revision(engine: Engine, service: str) -> str | None:
+    """The applied head(s) of a service's history, comma-joined (apps branch off one root)."""
     from alembic.runtime.migration import MigrationContext
 
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": f"alembic_version_{service}"})
-        return ctx.get_current_revision()
+        heads = sorted(ctx.get_current_heads())
+        return ",".join(heads) if heads else None
 
 
 def run_migrations_env() -> None:
