@@ -444,11 +444,73 @@ class SandboxClient(ServiceClient):
 
 
 class ToolsClient(ServiceClient):
+    """Worlds, clock, events and checks of the tools service (API key); app calls go with the
+    world token through :meth:`app` (or the apps' official SDKs pointed at :meth:`app_url`)."""
+
     service = "tools"
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **kw: Any) -> ToolsClient:
         return cls(**cls._settings_kwargs("tools", settings, **kw))
+
+    def create_world(self, scenario: str = "empty", seed: int = 0) -> dict[str, Any]:
+        """``{"id", "token", "clock", …}``; the token is shown only here (and by :meth:`fork`)."""
+        return self.post_json("/worlds", {"scenario": scenario, "seed": seed})
+
+    def get_world(self, world_id: str) -> dict[str, Any]:
+        return self.get_json(f"/worlds/{world_id}")
+
+    def delete_world(self, world_id: str) -> None:
+        self.request("DELETE", f"/worlds/{world_id}")
+
+    def reset(self, world_id: str) -> dict[str, Any]:
+        return self.post_json(f"/worlds/{world_id}/reset")
+
+    def snapshot(self, world_id: str, label: str | None = None) -> dict[str, Any]:
+        return self.post_json(f"/worlds/{world_id}/snapshots", {"label": label})
+
+    def restore(self, world_id: str, snapshot_id: str) -> dict[str, Any]:
+        return self.post_json(f"/worlds/{world_id}/restore", {"snapshot_id": snapshot_id})
+
+    def fork(self, world_id: str) -> dict[str, Any]:
+        return self.post_json(f"/worlds/{world_id}/fork")
+
+    def state(self, world_id: str, tables: bool = True) -> dict[str, Any]:
+        return self.get_json(f"/worlds/{world_id}/state", params={"tables": tables})
+
+    def clock(self, world_id: str) -> str:
+        return self.get_json(f"/worlds/{world_id}/clock")["now"]
+
+    def advance(
+        self, world_id: str, *, to: str | None = None, by: str | float | None = None
+    ) -> dict[str, Any]:
+        """Move the simulated clock (``to`` ISO time, or ``by`` '3h' / seconds / 'PT1H')."""
+        body = {"to": to} if to is not None else {"by": by}
+        return self.post_json(f"/worlds/{world_id}/clock/advance", body)
+
+    def events(self, world_id: str) -> list[dict[str, Any]]:
+        return self.get_json(f"/worlds/{world_id}/events")["events"]
+
+    def checks(self, world_id: str) -> dict[str, Any]:
+        """Per-event verdicts and the model-judged checks (rubric + resolved inputs)."""
+        return self.get_json(f"/worlds/{world_id}/checks")
+
+    def scenarios(self) -> list[dict[str, Any]]:
+        return self.get_json("/scenarios")["scenarios"]
+
+    def app_url(self, world_id: str) -> str:
+        """Base URL of a world's apps, e.g. the Gmail SDK's ``api_endpoint``."""
+        return f"{self.base_url}/worlds/{world_id}/"
+
+    def app(self, world_id: str, token: str, method: str, path: str, **kw: Any) -> Any:
+        """Call an app route (``gmail/v1/users/me/messages`` …) with the world token."""
+        headers = {"Authorization": f"Bearer {token}", **kw.pop("headers", {})}
+        resp = self._http.request(
+            method, f"/worlds/{world_id}/{path.lstrip('/')}", headers=headers, **kw
+        )
+        if resp.status_code >= 400:
+            raise _error_from_response(self.service, resp)
+        return resp.json() if resp.content else None
 
 
 class OrchestratorClient(ServiceClient):
