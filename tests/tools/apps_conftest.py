@@ -167,3 +167,27 @@ def create_world(base_url: str, seed: int = 0) -> tuple[str, str]:
     """``POST /worlds`` on the real service: (world id, world token)."""
     body = httpx.post(f"{base_url}/worlds", json={"scenario": "empty", "seed": seed}).json()
     return body["id"], body["token"]
+
+
+def json_bodies(keys: Sequence[str]):  # type: ignore[no-untyped-def]
+    """A hypothesis strategy: JSON objects over ``keys`` with values of any JSON type (and the
+    odd plausible one), for "bad input is the app's own error, never a 5xx" fuzzing."""
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**40), 2**40),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=12),
+        st.sampled_from(["general", "2026-03-02T10:00:00Z", "2026-03-02", "primary", "title"]),
+    )
+    values = st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(st.sampled_from([*keys, "name", "id"]), inner, max_size=3),
+        ),
+        max_leaves=6,
+    )
+    return st.dictionaries(st.sampled_from(list(keys)), values, max_size=5)

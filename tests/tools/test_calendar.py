@@ -366,3 +366,50 @@ def test_other_errors(app, world):
     assert r.status_code == 401 and r.json()["error"]["status"] == "UNAUTHENTICATED"
     with world_ctx(app, world.id) as ctx:
         assert [e["summary"] for e in export_state(ctx)["events"]] == ["x"]
+
+
+def test_fuzzed_bodies_never_500(world):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.tools.apps_conftest import json_bodies
+
+    ev = ok(
+        world,
+        "POST",
+        "calendars/primary/events",
+        event("e", "2026-03-02T10:00:00Z", "2026-03-02T11:00:00Z"),
+    )["id"]
+    keys = [
+        "summary",
+        "start",
+        "end",
+        "attendees",
+        "description",
+        "location",
+        "recurrence",
+        "status",
+        "id",
+        "timeMin",
+        "timeMax",
+        "items",
+        "timeZone",
+        "transparency",
+        "dateTime",
+        "date",
+    ]
+    routes = [
+        ("POST", "calendars/primary/events"),
+        ("PATCH", f"calendars/primary/events/{ev}"),
+        ("PUT", f"calendars/primary/events/{ev}"),
+        ("POST", "freeBusy"),
+        ("POST", "calendars"),
+    ]
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(route=st.sampled_from(routes), body=json_bodies(keys))
+    def check(route, body):
+        status, err = api(world, route[0], route[1], body)
+        assert status < 500, (route, body, err)
+
+    check()

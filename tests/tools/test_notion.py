@@ -421,3 +421,47 @@ def test_state_export_and_failed_write(app, world):
     with world_ctx(app, world.id) as ctx:
         state = export_state(ctx)
     assert len(state["pages"]) == 2 and len(state["databases"]) == 1
+
+
+def test_fuzzed_bodies_never_500(world):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.tools.apps_conftest import json_bodies
+
+    keys = [
+        "parent",
+        "properties",
+        "children",
+        "query",
+        "filter",
+        "sort",
+        "sorts",
+        "start_cursor",
+        "page_size",
+        "title",
+        "archived",
+        "rich_text",
+        "discussion_id",
+        "after",
+        "paragraph",
+        "to_do",
+    ]
+    routes = [
+        ("POST", "search"),
+        ("POST", "pages"),
+        ("PATCH", f"pages/{world.home}"),
+        ("POST", "databases"),
+        ("PATCH", f"databases/{world.db}"),
+        ("POST", f"databases/{world.db}/query"),
+        ("PATCH", f"blocks/{world.home}/children"),
+        ("POST", "comments"),
+    ]
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(route=st.sampled_from(routes), body=json_bodies(keys))
+    def check(route, body):
+        status, err = api(world, route[0], route[1], body)
+        assert status < 500, (route, body, err)
+
+    check()

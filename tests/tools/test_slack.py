@@ -304,3 +304,44 @@ def test_failed_call_writes_nothing_and_state_export(app, world):
         state = export_state(ctx)
     assert [m["text"] for m in state["messages"]] == ["hello"]
     assert {c["name"] for c in state["channels"]} == {"general", "legal", "secret"}
+
+
+def test_fuzzed_arguments_never_500(app):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from services.tools.apps.slack.routes import METHODS
+    from tests.tools.apps_conftest import json_bodies
+
+    w = make_world(app)
+    keys = [
+        "channel",
+        "text",
+        "thread_ts",
+        "ts",
+        "limit",
+        "cursor",
+        "oldest",
+        "latest",
+        "users",
+        "name",
+        "timestamp",
+        "query",
+        "count",
+        "page",
+        "email",
+        "user",
+        "post_at",
+        "blocks",
+        "files",
+        "channel_id",
+        "types",
+    ]
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(method=st.sampled_from(sorted(METHODS)), body=json_bodies(keys))
+    def check(method, body):
+        r = w.client.post(f"/worlds/{w.id}/slack/api/{method}", json=body)
+        assert r.status_code == 200 and r.json().get("error") != "internal_error", (method, body)
+
+    check()

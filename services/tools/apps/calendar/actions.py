@@ -66,9 +66,11 @@ def _rfc3339(dt: datetime) -> str:
 
 
 def _zone(name: str | None, field: str = "timeZone") -> ZoneInfo:
+    if name is not None and not isinstance(name, str):
+        raise bad_request(f"Invalid time zone definition for {field}: {name}")
     try:
         return ZoneInfo(name or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
         raise bad_request(f"Invalid time zone definition for {field}: {name}") from None
 
 

@@ -961,10 +961,15 @@ _TEXT_OPS = {
 
 def _text_match(value: str, cond: dict[str, Any]) -> bool:
     op, arg = _single(cond)
-    a = value.lower()
-    b = str(arg).lower() if not isinstance(arg, bool) else arg
     if op not in _TEXT_OPS:
         raise validation(f"`{op}` is not a valid text filter condition.")
+    if op in ("is_empty", "is_not_empty"):
+        if arg is not True:
+            raise validation(f"text.{op} should be `true`.")
+    elif not isinstance(arg, str):
+        raise validation(f"text.{op} should be a string, instead was `{arg!r}`.")
+    a = value.lower()
+    b = str(arg).lower()
     if op == "equals":
         return a == b
     if op == "does_not_equal":
@@ -1081,6 +1086,16 @@ def _list_match(ids: list[str], cond: dict[str, Any], kind: str) -> bool:
     raise validation(f"`{op}` is not a valid {kind} filter condition.")
 
 
+_TEXT_FILTERS = ("title", "rich_text", "url", "email", "phone_number")
+_FILTER_FOR = {
+    **{k: _TEXT_FILTERS for k in _TEXT_FILTERS},
+    "created_time": ("created_time", "date"),
+    "last_edited_time": ("last_edited_time", "date"),
+    "created_by": ("created_by", "people"),
+    "last_edited_by": ("last_edited_by", "people"),
+}
+
+
 def _matches(
     ctx: WorldContext, page: NotionPage, rendered: dict[str, Any], schema: dict[str, Any], flt: Any
 ) -> bool:
@@ -1109,6 +1124,11 @@ def _matches(
         raise validation("A property filter needs exactly one type key, e.g. `select`.")
     ftype = conds[0]
     cond = flt[ftype]
+    if ftype not in _FILTER_FOR.get(kind, (kind,)):
+        raise validation(
+            f"The filter type `{ftype}` does not match the type of property "
+            f"`{flt['property']}` (`{kind}`)."
+        )
     if ftype in ("title", "rich_text", "url", "email", "phone_number"):
         text = plain(value) if kind in ("title", "rich_text") else (value or "")
         return _text_match(text, cond)
@@ -1258,6 +1278,8 @@ def search(
         direction = sort.get("direction", "descending")
         if direction not in ("ascending", "descending"):
             raise validation("body.sort.direction should be `ascending` or `descending`.")
+    if query is not None and not isinstance(query, str):
+        raise validation(f"body.query should be a string, instead was `{query!r}`.")
     needle = (query or "").strip().lower()
     found: list[tuple[datetime, int, str, dict[str, Any]]] = []
     if "page" in kinds:
