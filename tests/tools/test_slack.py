@@ -345,3 +345,19 @@ def test_fuzzed_arguments_never_500(app):
         assert r.status_code == 200 and r.json().get("error") != "internal_error", (method, body)
 
     check()
+
+
+def test_topic_purpose_leave_and_my_conversations(world):
+    call(world, "conversations.join", channel="legal")
+    ch = call(world, "conversations.setTopic", channel="legal", topic="NDAs only")["channel"]
+    assert ch["topic"]["value"] == "NDAs only"
+    assert call(world, "conversations.setPurpose", channel="legal", purpose="contracts")["ok"]
+    mine = {c["name"] for c in call(world, "users.conversations")["channels"]}
+    assert mine == {"general", "legal"}
+    assert call(world, "conversations.leave", channel="legal")["ok"]
+    assert (
+        call(world, "conversations.setTopic", channel="legal", topic="x")["error"]
+        == "not_in_channel"
+    )
+    assert call(world, "conversations.leave", channel="general")["error"] == "cant_leave_general"
+    assert {c["name"] for c in call(world, "users.conversations")["channels"]} == {"general"}

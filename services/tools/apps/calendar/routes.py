@@ -14,10 +14,15 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from services.tools.apps.calendar import actions as A
-from services.tools.apps.calendar.errors import GoogleError, GoogleRoute, bad_request
+from services.tools.apps.calendar.errors import (
+    GoogleError,
+    GoogleRoute,
+    bad_request,
+    to_google_error,
+)
 from services.tools.context import WorldContext, WorldCtx
 
 router = APIRouter(
@@ -31,6 +36,19 @@ def calendar_context(ctx: WorldCtx, request: Request) -> WorldContext:
 
 
 CalCtx = Annotated[WorldContext, Depends(calendar_context)]
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    """Google's style for failures the tools app catches outside these routes (unknown paths)."""
+    from shared.errors import APIError
+
+    if status == 404:
+        err = GoogleError(404, "notFound", "Not Found")
+    elif status == 405:
+        err = GoogleError(405, "httpMethodNotAllowed", message)
+    else:
+        err = to_google_error(APIError(status, "error", message))
+    return JSONResponse(err.body(), status_code=err.code)
 
 
 async def json_body(request: Request) -> dict[str, Any]:

@@ -13,9 +13,10 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 
 from services.tools.apps.notion import actions as A
-from services.tools.apps.notion.errors import NotionError, NotionRoute, validation
+from services.tools.apps.notion.errors import NotionError, NotionRoute, to_notion_error, validation
 from services.tools.context import WorldContext, WorldCtx
 
 router = APIRouter(prefix="/worlds/{world_id}/notion/v1", tags=["notion"], route_class=NotionRoute)
@@ -40,6 +41,17 @@ def notion_context(ctx: WorldCtx, request: Request) -> WorldContext:
 
 
 NotionCtx = Annotated[WorldContext, Depends(notion_context)]
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    """Notion's style for failures the tools app catches outside these routes."""
+    from shared.errors import APIError
+
+    if status in (404, 405):
+        err = NotionError(400, "invalid_request_url", f"Invalid request URL. ({message})")
+    else:
+        err = to_notion_error(APIError(status, "error", message))
+    return JSONResponse(err.body(), status_code=err.status)
 
 
 async def json_body(request: Request) -> dict[str, Any]:

@@ -615,6 +615,78 @@ def _find_im(ctx: WorldContext, user_a: str, user_b: str) -> str | None:
     return None
 
 
+def conversations_set_text(
+    ctx: WorldContext, *, channel: str, field: str, value: str, as_user: str | None = None
+) -> dict[str, Any]:
+    """``conversations.setTopic`` / ``setPurpose`` (``field`` is ``topic`` or ``purpose``)."""
+    actor = _actor(ctx, as_user)
+    ch = _channel(ctx, channel, actor)
+    if ch.kind == "im":
+        raise SlackError("method_not_supported_for_channel_type")
+    if ch.is_archived:
+        raise SlackError("is_archived")
+    if not _is_member(ctx, ch.id, actor):
+        raise SlackError("not_in_channel")
+    if len(value or "") > 250:
+        raise SlackError("too_long")
+    setattr(ch, field, value or "")
+    ctx.record(
+        APP,
+        f"conversations.set{field.capitalize()}",
+        {"channel": ch.id, field: value, "user": actor},
+    )
+    return {"channel": _channel_json(ctx, ch, actor)}
+
+
+def conversations_leave(
+    ctx: WorldContext, *, channel: str, as_user: str | None = None
+) -> dict[str, Any]:
+    actor = _actor(ctx, as_user)
+    ch = _channel(ctx, channel, actor)
+    if ch.is_general:
+        raise SlackError("cant_leave_general")
+    if ch.kind == "im":
+        raise SlackError("method_not_supported_for_channel_type")
+    row = _get(ctx, SlackMember, ch.id, actor)
+    if row is None:
+        return {"not_in_channel": True}
+    ctx.session.delete(row)
+    ctx.session.flush()
+    ctx.record(APP, "conversations.leave", {"channel": ch.id, "user": actor})
+    return {}
+
+
+def users_conversations(
+    ctx: WorldContext,
+    *,
+    types: str | None = None,
+    exclude_archived: bool = False,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """The conversations the agent is a member of."""
+    viewer = agent_user_id(ctx)
+    listed = conversations_list(
+        ctx, types=types, exclude_archived=exclude_archived, cursor=None, limit=100_000
+    )
+    mine = [c for c in listed["channels"] if c.get("is_member") or c.get("is_im")]
+    ids = {c["id"] for c in mine}
+    rows = [
+        ch
+        for ch in ctx.session.scalars(
+            select(SlackChannel)
+            .where(SlackChannel.world_id == ctx.world_id)
+            .order_by(SlackChannel.created, SlackChannel.id)
+        )
+        if ch.id in ids and _is_member(ctx, ch.id, viewer)
+    ]
+    chunk, nxt = _page(rows, cursor, _limit(limit, 100, 1000))
+    return {
+        "channels": [_channel_json(ctx, ch, viewer) for ch in chunk],
+        "response_metadata": {"next_cursor": nxt},
+    }
+
+
 # --------------------------------------------------------------------------- messages
 
 

@@ -35,6 +35,14 @@ def slack_context(ctx: WorldCtx, request: Request) -> WorldContext:
 SlackCtx = Annotated[WorldContext, Depends(slack_context)]
 
 
+def error_response(status: int, message: str) -> JSONResponse:
+    """Slack's style for failures the tools app catches outside these routes (unknown paths)."""
+    error = {401: "not_authed", 403: "invalid_auth", 404: "unknown_method"}.get(
+        status, "invalid_arguments"
+    )
+    return JSONResponse({"ok": False, "error": error, "warning": message})
+
+
 class Params:
     """A Slack call's arguments, merged from the query string and the body, with typed getters."""
 
@@ -217,6 +225,42 @@ def _conv_archive(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
 def _conv_open(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
     return A.conversations_open(
         ctx, users=p.str("users"), channel=p.str("channel"), return_im=p.bool("return_im")
+    )
+
+
+@method("conversations.setTopic")
+def _conv_topic(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.conversations_set_text(
+        ctx,
+        channel=p.need("channel", "channel_not_found"),
+        field="topic",
+        value=p.str("topic") or "",
+    )
+
+
+@method("conversations.setPurpose")
+def _conv_purpose(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.conversations_set_text(
+        ctx,
+        channel=p.need("channel", "channel_not_found"),
+        field="purpose",
+        value=p.str("purpose") or "",
+    )
+
+
+@method("conversations.leave")
+def _conv_leave(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.conversations_leave(ctx, channel=p.need("channel", "channel_not_found"))
+
+
+@method("users.conversations")
+def _users_conversations(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.users_conversations(
+        ctx,
+        types=p.str("types"),
+        exclude_archived=p.bool("exclude_archived"),
+        cursor=p.str("cursor"),
+        limit=p.int("limit"),
     )
 
 
