@@ -83,6 +83,11 @@ def test_pages_databases_query(client):
     found = client.search(query="task", filter={"property": "object", "value": "page"})
     assert len(found["results"]) == 3
     assert client.databases.retrieve(database_id=db["id"])["title"][0]["plain_text"] == "Tasks"
+    status_id = upd["properties"]["Status"]["id"]
+    item = client.pages.properties.retrieve(page_id=row["id"], property_id=status_id)
+    assert item["object"] == "property_item" and item["status"]["name"] == "In progress"
+    title = client.pages.properties.retrieve(page_id=row["id"], property_id="title")
+    assert title["object"] == "list" and title["results"][0]["title"]["plain_text"] == "Task 2"
 
 
 def test_blocks_and_comments(client):

@@ -801,6 +801,42 @@ def update_page(
     return after
 
 
+def retrieve_page_property(
+    ctx: WorldContext,
+    *,
+    page_id: str,
+    property_id: str,
+    start_cursor: str | None = None,
+    page_size: int | None = None,
+) -> dict[str, Any]:
+    """``GET /pages/{id}/properties/{property_id}``: a property item, or a paginated list of
+    them for title, rich_text, people and relation (as the API returns them)."""
+    workspace(ctx)
+    rendered = page_json(ctx, _page(ctx, page_id))["properties"]
+    prop = next(
+        (p for name, p in rendered.items() if p["id"] == property_id or name == property_id), None
+    )
+    if prop is None:
+        raise not_found(property_id, "property")
+    kind = prop["type"]
+    if kind not in ("title", "rich_text", "people", "relation"):
+        return {"object": "property_item", "id": prop["id"], "type": kind, kind: prop[kind]}
+    items = [
+        {"object": "property_item", "id": prop["id"], "type": kind, kind: v} for v in prop[kind]
+    ]
+    size = _page_size(page_size)
+    start = 0
+    if start_cursor:
+        if not str(start_cursor).isdigit():
+            raise validation("start_cursor should be a valid cursor.")
+        start = int(start_cursor)
+    chunk = items[start : start + size]
+    nxt = str(start + size) if start + size < len(items) else None
+    out = _list(chunk, nxt, "property_item")
+    out["property_item"] = {"id": prop["id"], "next_url": None, "type": kind, kind: {}}
+    return out
+
+
 # --------------------------------------------------------------------------- databases
 
 

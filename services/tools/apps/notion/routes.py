@@ -146,6 +146,19 @@ def update_page(ctx: NotionCtx, page_id: str, body: Body) -> dict[str, Any]:
     )
 
 
+@router.get("/pages/{page_id}/properties/{property_id}", operation_id="notion_retrievePageProperty")
+def retrieve_page_property(
+    ctx: NotionCtx, page_id: str, property_id: str, request: Request
+) -> dict[str, Any]:
+    return A.retrieve_page_property(
+        ctx,
+        page_id=page_id,
+        property_id=property_id,
+        start_cursor=request.query_params.get("start_cursor"),
+        page_size=_page_size(request),
+    )
+
+
 # --------------------------------------------------------------------------- databases
 
 
