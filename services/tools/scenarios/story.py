@@ -83,6 +83,14 @@ class Story:
         self.oracle[ev_id] = solution
         return ev
 
+    def extend(self, ev_id: str, checks: list[Check], steps: list[dict[str, Any]]) -> None:
+        """Add checks and oracle steps to an event already told."""
+        ev = next(e for e in self.events if e.id == ev_id)
+        for c in checks:
+            c.id = f"{ev_id}.c{len(ev.checks)}"
+            ev.checks.append(c)
+        self.oracle[ev_id].extend(steps)
+
     def mail(
         self,
         ev_id: str,
@@ -280,10 +288,47 @@ def _do(api: WorldAPI, step: dict[str, Any]) -> None:
         api.app("POST", "slack/api/chat.postMessage", json={"channel": ch, "text": step["text"]})
     elif kind == "calendar.insert":
         _calendar_insert(api, step)
+    elif kind == "notion.add_row":
+        db = _notion_db(api, step["database"])
+        api.app(
+            "POST",
+            "notion/v1/pages",
+            headers=dict(NOTION),
+            json={"parent": {"database_id": db}, "properties": step["properties"]},
+        )
+    elif kind == "notion.update_row":
+        db = _notion_db(api, step["database"])
+        found = api.app(
+            "POST",
+            f"notion/v1/databases/{db}/query",
+            headers=dict(NOTION),
+            json={
+                "filter": {"property": step["title_property"], "title": {"equals": step["title"]}}
+            },
+        )["results"]
+        api.app(
+            "PATCH",
+            f"notion/v1/pages/{found[0]['id']}",
+            headers=dict(NOTION),
+            json={"properties": step["properties"]},
+        )
     elif kind == "http":
         api.app(step["method"], step["path"], json=step.get("json"))
     else:
         raise ValueError(f"unknown oracle step {kind!r}")
+
+
+NOTION = {"Notion-Version": "2022-06-28"}
+
+
+def _notion_db(api: WorldAPI, title: str) -> str:
+    found = api.app(
+        "POST",
+        "notion/v1/search",
+        headers=dict(NOTION),
+        json={"query": title, "filter": {"property": "object", "value": "database"}},
+    )
+    return found["results"][0]["id"]
 
 
 def _label(api: WorldAPI, name: str) -> str:

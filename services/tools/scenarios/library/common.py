@@ -20,6 +20,8 @@ ASSISTANT_WRITES: dict[str, list[str]] = {
     "slack_members": ["insert"],
     "calendar_events": ["insert", "update"],
     "calendar_meta": ["update"],
+    "notion_pages": ["insert", "update"],
+    "notion_meta": ["update"],
 }
 
 

@@ -1,13 +1,14 @@
 """HR: onboarding week. Four accepted offers arrive over three days; for each new hire the
-assistant announces them to their team on Slack, asks IT for a laptop, relays the asset tag
-IT sends back to the manager, and answers the manager's questions. Facilities and payroll
+assistant announces them to their team on Slack, tracks them in the Notion onboarding
+database, asks IT for a laptop, relays the asset tag IT sends back to the manager (and marks
+the row 'Laptop ready'), and answers the manager's questions. Facilities and payroll
 need lists; the HR lead wants a summary on Slack at the end of the week."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from services.tools.events.spec import ScenarioInstance
+from services.tools.events.spec import Effect, ScenarioInstance
 from services.tools.scenarios.base import Scenario
 from services.tools.scenarios.generator import Gen, day_name
 from services.tools.scenarios.library.common import ASSISTANT_WRITES, workspace_setup
@@ -49,6 +50,29 @@ class HROnboarding(Scenario):
         channels["hr"] = [hr_lead, recruiter]
         s.setup = workspace_setup(
             user, g.company, [recruiter, hr_lead, facilities, payroll, it, *managers], channels
+        )
+        s.setup.append(
+            Effect(
+                op="notion.setup",
+                args={
+                    "workspace": g.company,
+                    "page": "People Ops",
+                    "people": [
+                        {"name": p.name, "email": p.email} for p in (user, hr_lead, recruiter)
+                    ],
+                    "databases": [
+                        {
+                            "title": "Onboarding",
+                            "properties": {
+                                "Name": "title",
+                                "Team": ["select", TEAMS],
+                                "Start": "date",
+                                "Status": ["select", ["Announced", "Laptop ready"]],
+                            },
+                        }
+                    ],
+                },
+            )
         )
         tags = [f"AT-{g.integer(10000, 99999)}" for _ in hires]
         for i, (hire, team, mgr, day, tag) in enumerate(
@@ -122,6 +146,53 @@ class HROnboarding(Scenario):
                 ],
             )
             s.oracle[f"it-{i}"][0]["msgid"] = it_reply
+            s.extend(
+                f"offer-{i}",
+                [
+                    s.check(
+                        "notion.row",
+                        due,
+                        "tracked in the Onboarding database",
+                        database="Onboarding",
+                        title=hire.name,
+                        props={"Team": team, "Start": day.date().isoformat()},
+                    )
+                ],
+                [
+                    {
+                        "do": "notion.add_row",
+                        "database": "Onboarding",
+                        "properties": {
+                            "Name": {"title": [{"text": {"content": hire.name}}]},
+                            "Team": {"select": {"name": team}},
+                            "Start": {"date": {"start": day.date().isoformat()}},
+                            "Status": {"select": {"name": "Announced"}},
+                        },
+                    }
+                ],
+            )
+            s.extend(
+                f"it-{i}",
+                [
+                    s.check(
+                        "notion.row",
+                        end,
+                        "status is Laptop ready",
+                        database="Onboarding",
+                        title=hire.name,
+                        props={"Status": "Laptop ready"},
+                    )
+                ],
+                [
+                    {
+                        "do": "notion.update_row",
+                        "database": "Onboarding",
+                        "title_property": "Name",
+                        "title": hire.name,
+                        "properties": {"Status": {"select": {"name": "Laptop ready"}}},
+                    }
+                ],
+            )
             s.dm(
                 f"ask-{i}",
                 at=s.at(2 + i % 2, 10 + i),
