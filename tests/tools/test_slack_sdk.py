@@ -102,3 +102,17 @@ def test_files_upload_v2_and_v1(client):
     assert last["text"] == "numbers" and last["files"][0]["id"] == fid
     info = client.files_info(file=fid)["file"]
     assert info["title"] == "Q3" and info["name"] == "q3.csv"
+
+
+def test_parallel_calls_on_one_world(client):
+    """Agents call tools in parallel: every call lands, with its own ts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    general = client.conversations_list()["channels"][0]["id"]
+    with ThreadPoolExecutor(8) as pool:
+        posted = list(
+            pool.map(lambda i: client.chat_postMessage(channel=general, text=f"p{i}"), range(24))
+        )
+    assert all(p["ok"] for p in posted)
+    assert len({p["ts"] for p in posted}) == 24
+    assert len(client.conversations_history(channel=general, limit=100)["messages"]) == 24

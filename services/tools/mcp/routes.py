@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from services.tools.context import WorldCtx
 from services.tools.mcp.registry import APPS, tools_for
+from services.tools.mcp.serial import world_lock
 from services.tools.mcp.server import INVALID_REQUEST, PARSE_ERROR, _error, handle
 
 router = APIRouter(prefix="/worlds/{world_id}/mcp", tags=["mcp"])
@@ -27,6 +28,11 @@ async def _serve(ctx: Any, request: Request, apps: tuple[str, ...]) -> Response:
     except ValueError:
         return JSONResponse(_error(None, PARSE_ERROR, "Parse error"), status_code=400)
     tools = tools_for(apps)
+    async with world_lock(str(request.path_params.get("world_id", ""))):
+        return await _answer(ctx, tools, message)
+
+
+async def _answer(ctx: Any, tools: Any, message: Any) -> Response:
     if isinstance(message, list):
         if not message:
             return JSONResponse(_error(None, INVALID_REQUEST, "empty batch"), status_code=400)

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from services.tools.context import WorldContext
 from services.tools.mcp.registry import Tool
+from services.tools.mcp.serial import retry_sync
 
 log = logging.getLogger("k3stack.tools.mcp")
 
@@ -66,15 +67,20 @@ def call_tool(ctx: WorldContext, tool: Tool, arguments: Any) -> dict[str, Any]:
                 "message": f"invalid arguments for {tool.name}: {problems}",
             }
         )
+
+    def attempt() -> Any:
+        out = tool.handler(ctx, args)
+        ctx.session.commit()
+        return out
+
     try:
-        result = tool.handler(ctx, args)
+        result = retry_sync(attempt, ctx.session.rollback)
     except Exception as exc:  # noqa: BLE001 - every failure is an observation for the agent
         ctx.session.rollback()
         if callable(getattr(exc, "body", None)):
             return _tool_error(_app_error_body(exc))
         log.exception("MCP tool %s failed", tool.name)
         return _tool_error({"error": "internal_error", "message": f"{type(exc).__name__}"})
-    ctx.session.commit()
     if result is None:
         result = {}
     text = json.dumps(result, default=str)

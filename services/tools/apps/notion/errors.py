@@ -17,9 +17,9 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from services.tools.mcp.serial import run_world_call
 from shared.errors import APIError
 
 log = logging.getLogger("k3stack.tools.notion")
@@ -77,14 +77,6 @@ def to_notion_error(exc: Exception) -> NotionError:
     return NotionError(500, "internal_server_error", "Unexpected error.")
 
 
-async def commit_world(request: Request) -> None:
-    """Commit before the response leaves: the context dependency would commit only after the
-    response is sent, so a client's next call could miss (or race) this one's writes."""
-    ctx = getattr(request.state, "world_ctx", None)
-    if ctx is not None:
-        await run_in_threadpool(ctx.session.commit)
-
-
 class NotionRoute(APIRoute):
     """An APIRoute whose failures come back as Notion error objects."""
 
@@ -93,9 +85,7 @@ class NotionRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             try:
-                response = await handler(request)
-                await commit_world(request)
-                return response
+                return await run_world_call(request, handler)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a Notion error body
                 ctx = getattr(request.state, "world_ctx", None)
                 if ctx is not None:

@@ -16,9 +16,9 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from services.tools.mcp.serial import run_world_call
 from shared.errors import APIError
 
 log = logging.getLogger("k3stack.tools.slack")
@@ -64,14 +64,6 @@ def rollback_world(request: Request) -> None:
         ctx.session.rollback()
 
 
-async def commit_world(request: Request) -> None:
-    """Commit before the response leaves: the context dependency would commit only after the
-    response is sent, so a client's next call could miss (or race) this one's writes."""
-    ctx = getattr(request.state, "world_ctx", None)
-    if ctx is not None:
-        await run_in_threadpool(ctx.session.commit)
-
-
 class SlackRoute(APIRoute):
     """An APIRoute whose failures come back in Slack's ``{"ok": false}`` style."""
 
@@ -80,9 +72,7 @@ class SlackRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             try:
-                response = await handler(request)
-                await commit_world(request)
-                return response
+                return await run_world_call(request, handler)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a Slack error body
                 rollback_world(request)
                 err = to_slack_error(exc)
