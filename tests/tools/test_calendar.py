@@ -235,6 +235,10 @@ def test_recurrence_single_events(world):
     assert [i["start"]["dateTime"][:10] for i in ranged] == ["2026-03-09"]
     status, err = api(world, "GET", "calendars/primary/events", orderBy="startTime")
     assert status == 400 and "ordering" in err["error"]["message"]
+    inst2 = ok(world, "GET", f"calendars/primary/events/{master['id']}/instances", maxResults=3)
+    assert [i["id"] for i in inst2["items"]] == [i["id"] for i in inst[:3]] and inst2[
+        "nextPageToken"
+    ]
 
 
 def test_free_busy(app, world):

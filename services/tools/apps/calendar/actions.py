@@ -934,6 +934,48 @@ def list_events(
     return out
 
 
+def event_instances(
+    ctx: WorldContext,
+    *,
+    calendar_id: str,
+    event_id: str,
+    time_min: str | None = None,
+    time_max: str | None = None,
+    page_token: str | None = None,
+    max_results: int | None = None,
+    as_email: str | None = None,
+) -> dict[str, Any]:
+    """``events.instances``: the occurrences of a recurring event (a single event is its own)."""
+    me = _me(ctx, as_email)
+    cal = _calendar(ctx, calendar_id, me=me)
+    ev, inst = _event(ctx, cal, event_id)
+    if inst:
+        raise not_found()
+    lo = parse_time(time_min, "timeMin") if time_min else None
+    hi = parse_time(time_max, "timeMax") if time_max else None
+    duration = ev.end_at - ev.start_at
+    horizon = hi or (_utc(ev.start_at) + timedelta(days=730))
+    items = []
+    if ev.recurrence and _rrule(ev.recurrence):
+        for s in _occurrences(ev, horizon):
+            if (lo and s + duration <= lo) or (hi and s >= hi):
+                continue
+            items.append(_instance_json(ctx, ev, s, me))
+    else:
+        items.append(event_json(ctx, ev, me))
+    page, nxt = _page(items, page_token, max_results)
+    out: dict[str, Any] = {
+        "kind": "calendar#events",
+        "summary": cal.summary,
+        "timeZone": cal.time_zone,
+        "accessRole": "owner" if cal.owner_email == me else "reader",
+        "items": page,
+    }
+    if nxt:
+        out["nextPageToken"] = nxt
+    return out
+
+
 # --------------------------------------------------------------------------- free / busy
 
 

@@ -177,6 +177,29 @@ def get_event(ctx: CalCtx, calendar_id: str, event_id: str) -> dict[str, Any]:
     return A.get_event(ctx, calendar_id=calendar_id, event_id=event_id)
 
 
+@router.get(
+    "/calendars/{calendar_id}/events/{event_id}/instances", operation_id="calendar_events_instances"
+)
+def event_instances(
+    ctx: CalCtx,
+    calendar_id: str,
+    event_id: str,
+    time_min: Annotated[str | None, Query(alias="timeMin")] = None,
+    time_max: Annotated[str | None, Query(alias="timeMax")] = None,
+    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+    max_results: Annotated[str | None, Query(alias="maxResults")] = None,
+) -> dict[str, Any]:
+    return A.event_instances(
+        ctx,
+        calendar_id=calendar_id,
+        event_id=event_id,
+        time_min=time_min,
+        time_max=time_max,
+        page_token=page_token,
+        max_results=_int(max_results, "maxResults"),
+    )
+
+
 @router.patch("/calendars/{calendar_id}/events/{event_id}", operation_id="calendar_events_patch")
 def patch_event(
     ctx: CalCtx,
