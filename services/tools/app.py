@@ -27,6 +27,7 @@ from shared.app import _HTTP_CODES, _describe_validation
 from shared.app import create_app as create_service_app
 from shared.db import ServiceDatabase
 from shared.errors import APIError, Error
+from shared.objectstore import make_object_store
 from shared.settings import get_settings
 
 log = logging.getLogger("k3stack.tools")
@@ -98,6 +99,7 @@ def create_app() -> FastAPI:
         if missing:
             log.warning("tables without a migration, left out of worlds: %s", missing)
         app.state.db = db
+        app.state.objects = make_object_store(settings)
         yield
         db.close()
 

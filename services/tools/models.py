@@ -91,7 +91,9 @@ class RowMarkRow(WorldScoped, Base):
 
 
 class SnapshotRow(Base):
-    """A world's full state at one moment, as compressed canonical JSON (see ``worlds.store``)."""
+    """A world's full state at one moment, as compressed canonical JSON (see ``worlds.store``):
+    inline in ``data`` when small, else content-addressed in the object store (``object_key``),
+    where identical states (e.g. every same-seed world's initial state) are stored once."""
 
     __tablename__ = "tools_snapshots"
 
@@ -102,4 +104,5 @@ class SnapshotRow(Base):
     label: Mapped[str | None] = mapped_column(String(128), nullable=True)
     state_hash: Mapped[str] = mapped_column(String(64))
     size: Mapped[int] = mapped_column(Integer)
-    data: Mapped[bytes] = mapped_column(LargeBinary)
+    data: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    object_key: Mapped[str | None] = mapped_column(String(256), nullable=True)

@@ -234,3 +234,28 @@ def test_tools_client_drives_worlds(tools_client) -> None:
     assert client.checks(fork["id"])["events_total"] == 0
     client.delete_world(fork["id"])
     assert "hr_onboarding" in {s["name"] for s in client.scenarios()}
+
+
+def test_large_snapshots_live_in_the_object_store(tools_client, monkeypatch) -> None:
+    """Above the inline limit a snapshot goes to the object store, content-addressed: two
+    same-seed worlds' initial states are one object; restore reads it back exactly."""
+    from services.tools.models import SnapshotRow, WorldRow
+    from services.tools.worlds import service
+
+    monkeypatch.setattr(service, "SNAPSHOT_INLINE_MAX", 0)
+    a = create_world(tools_client, "hr_leave", 11)
+    b = create_world(tools_client, "hr_leave", 11)
+    db = tools_client.app.state.db
+    with db.session() as s:
+        rows = [s.get(SnapshotRow, s.get(WorldRow, w.id).initial_snapshot_id) for w in (a, b)]
+        assert all(r.data is None and r.object_key for r in rows)
+        assert rows[0].object_key == rows[1].object_key
+    before = a.state()
+    snap = tools_client.post(f"/worlds/{a.id}/snapshots", json={}).json()
+    a.advance(by="1d")
+    assert (
+        tools_client.post(f"/worlds/{a.id}/restore", json={"snapshot_id": snap["id"]}).status_code
+        == 200
+    )
+    assert a.state()["full_hash"] == before["full_hash"]
+    assert tools_client.post(f"/worlds/{b.id}/reset").status_code == 200

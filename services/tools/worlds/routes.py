@@ -109,6 +109,10 @@ def _db(request: Request) -> ServiceDatabase:
     return request.app.state.db
 
 
+def _objects(request: Request):  # type: ignore[no-untyped-def]
+    return getattr(request.app.state, "objects", None)
+
+
 def _npc_url(request: Request) -> str | None:
     return request.app.state.settings.tools.npc_model_url
 
@@ -141,7 +145,9 @@ def _snap_out(s: SnapshotRow) -> Snapshot:
 def create_world(body: WorldCreate, request: Request) -> World:
     """A new world for ``scenario`` and ``seed``, with its own token (shown only here)."""
     with _db(request).session() as s:
-        row, token = service.create_world(s, body.scenario, body.seed, _npc_url(request))
+        row, token = service.create_world(
+            s, body.scenario, body.seed, _npc_url(request), _objects(request)
+        )
         return _world_out(row, token)
 
 
@@ -169,7 +175,7 @@ def delete_world(world_id: str, request: Request) -> Response:
 def reset_world(world_id: str, request: Request) -> World:
     """Back to the state the world had when it was created (token unchanged)."""
     with _db(request).session() as s:
-        return _world_out(service.reset_world(s, world_id))
+        return _world_out(service.reset_world(s, world_id, _objects(request)))
 
 
 @router.post(
@@ -182,7 +188,11 @@ def create_snapshot(
     world_id: str, request: Request, body: SnapshotCreate | None = None
 ) -> Snapshot:
     with _db(request).session() as s:
-        return _snap_out(service.snapshot_world(s, world_id, body.label if body else None))
+        return _snap_out(
+            service.snapshot_world(
+                s, world_id, body.label if body else None, objects=_objects(request)
+            )
+        )
 
 
 @router.get(
@@ -202,7 +212,7 @@ def list_snapshots(world_id: str, request: Request) -> list[Snapshot]:
 @router.post("/worlds/{world_id}/restore", response_model=World, operation_id="restoreWorld")
 def restore_world(world_id: str, body: RestoreBody, request: Request) -> World:
     with _db(request).session() as s:
-        return _world_out(service.restore_world(s, world_id, body.snapshot_id))
+        return _world_out(service.restore_world(s, world_id, body.snapshot_id, _objects(request)))
 
 
 @router.post(

@@ -23,6 +23,11 @@ from services.tools.models import SnapshotRow, WorldRow
 from services.tools.scenarios import get_scenario
 from services.tools.worlds import store
 from shared.errors import APIError, not_found
+from shared.objectstore import ObjectStore
+
+# Snapshots up to this size (compressed) stay in SQL; larger ones go to the object store.
+SNAPSHOT_INLINE_MAX = 256 * 1024
+SNAPSHOT_PREFIX = "tools/snapshots/"
 
 
 def _wall() -> datetime:
@@ -41,7 +46,11 @@ def get_world(session: Session, world_id: str) -> WorldRow:
 
 
 def create_world(
-    session: Session, scenario: str, seed: int, npc_model_url: str | None = None
+    session: Session,
+    scenario: str,
+    seed: int,
+    npc_model_url: str | None = None,
+    objects: ObjectStore | None = None,
 ) -> tuple[WorldRow, str]:
     """Build ``scenario`` for ``seed``: run its setup, install its events, mark the rows, and
     keep that state as the world's initial snapshot."""
@@ -72,7 +81,7 @@ def create_world(
     engine.install(session, world, inst)
     engine._scan_triggers(session, world)  # setup's own actions never trigger events
     mark_all(session, world.id)
-    snap = snapshot_world(session, world.id, label="initial")
+    snap = snapshot_world(session, world.id, label="initial", objects=objects)
     world.initial_snapshot_id = snap.id
     session.flush()
     return world, token
@@ -88,12 +97,22 @@ def _world_fields(world: WorldRow) -> dict[str, Any]:
     }
 
 
-def snapshot_world(session: Session, world_id: str, label: str | None = None) -> SnapshotRow:
+def snapshot_world(
+    session: Session,
+    world_id: str,
+    label: str | None = None,
+    objects: ObjectStore | None = None,
+    inline_max: int | None = None,
+) -> SnapshotRow:
     world = get_world(session, world_id)
     tables = store.dump_world(session, world_id)
     fields = _world_fields(world)
     hashes = store.state_hashes(tables, fields["clock"])
     data = store.pack({"format": store.SNAPSHOT_FORMAT, "world": fields, "tables": tables})
+    limit = SNAPSHOT_INLINE_MAX if inline_max is None else inline_max
+    key = None
+    if objects is not None and len(data) > limit:
+        key = objects.put_content_addressed(data, prefix=SNAPSHOT_PREFIX)
     snap = SnapshotRow(
         id="snap_" + uuid.uuid4().hex[:20],
         origin_world=world_id,
@@ -102,7 +121,8 @@ def snapshot_world(session: Session, world_id: str, label: str | None = None) ->
         label=label,
         state_hash=hashes["full_hash"],
         size=len(data),
-        data=data,
+        data=None if key else data,
+        object_key=key,
     )
     session.add(snap)
     session.flush()
@@ -116,12 +136,31 @@ def get_snapshot(session: Session, snapshot_id: str) -> SnapshotRow:
     return snap
 
 
-def restore_world(session: Session, world_id: str, snapshot_id: str) -> WorldRow:
+def snapshot_bytes(snap: SnapshotRow, objects: ObjectStore | None) -> bytes:
+    if snap.data is not None:
+        return snap.data
+    if objects is None or not snap.object_key:
+        raise APIError(
+            409,
+            "snapshot_unavailable",
+            f"snapshot {snap.id!r} lives in the object store, which is not configured",
+        )
+    try:
+        return objects.get(snap.object_key)
+    except KeyError:
+        raise APIError(
+            409, "snapshot_unavailable", f"snapshot {snap.id!r}: object {snap.object_key!r} is gone"
+        ) from None
+
+
+def restore_world(
+    session: Session, world_id: str, snapshot_id: str, objects: ObjectStore | None = None
+) -> WorldRow:
     """Replace the world's whole state with the snapshot's (any world's snapshot may be
     restored into any world: the rows are rewritten to this world's id)."""
     world = get_world(session, world_id)
     snap = get_snapshot(session, snapshot_id)
-    payload = store.unpack(snap.data)
+    payload = store.unpack(snapshot_bytes(snap, objects))
     if payload.get("format") != store.SNAPSHOT_FORMAT:
         raise APIError(
             409,
@@ -144,11 +183,11 @@ def restore_world(session: Session, world_id: str, snapshot_id: str) -> WorldRow
     return world
 
 
-def reset_world(session: Session, world_id: str) -> WorldRow:
+def reset_world(session: Session, world_id: str, objects: ObjectStore | None = None) -> WorldRow:
     world = get_world(session, world_id)
     if not world.initial_snapshot_id:
         raise APIError(409, "no_initial_state", f"world {world_id!r} has no initial snapshot")
-    return restore_world(session, world_id, world.initial_snapshot_id)
+    return restore_world(session, world_id, world.initial_snapshot_id, objects)
 
 
 def fork_world(session: Session, world_id: str) -> tuple[WorldRow, str]:
@@ -178,7 +217,8 @@ def fork_world(session: Session, world_id: str) -> tuple[WorldRow, str]:
 def delete_world(session: Session, world_id: str) -> None:
     world = get_world(session, world_id)
     store.clear_world(session, world_id)
-    # Snapshots are kept while a fork still resets to them.
+    # Snapshots are kept while a fork still resets to them. Objects in the store are
+    # content-addressed and may be shared by other worlds' snapshots, so they stay.
     in_use = set(
         session.scalars(
             select(WorldRow.initial_snapshot_id).where(
