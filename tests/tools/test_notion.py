@@ -88,7 +88,7 @@ def test_version_header_pinned(world):
     r = world.client.post(f"/worlds/{world.id}/notion/v1/search", json={})
     assert r.status_code == 400 and r.json()["code"] == "missing_version"
     r = world.client.post(
-        f"/worlds/{world.id}/notion/v1/search", json={}, headers={"Notion-Version": "2025-09-03"}
+        f"/worlds/{world.id}/notion/v1/search", json={}, headers={"Notion-Version": "2021-08-16"}
     )
     assert r.status_code == 400 and r.json()["code"] == "validation_error"
     assert "2022-06-28" in r.json()["message"]
@@ -465,3 +465,64 @@ def test_fuzzed_bodies_never_500(world):
         assert status < 500, (route, body, err)
 
     check()
+
+
+def test_data_sources_at_2025_09_03(world):
+    """notion-client 3.x's default version: one data source per database, same id."""
+    h = {"Notion-Version": "2025-09-03"}
+
+    def call(method, path, body=None):
+        r = world.client.request(
+            method, f"/worlds/{world.id}/notion/v1/{path}", json=body, headers=h
+        )
+        return r.status_code, r.json()
+
+    status, db = call("GET", f"databases/{world.db}")
+    assert status == 200 and "properties" not in db and db["data_sources"][0]["id"] == world.db
+    status, ds = call("GET", f"data_sources/{world.db}")
+    assert ds["object"] == "data_source" and "Status" in ds["properties"]
+    assert ds["parent"] == {"type": "database_id", "database_id": world.db}
+    status, page = call(
+        "POST",
+        "pages",
+        {
+            "parent": {"type": "data_source_id", "data_source_id": world.db},
+            "properties": {"Name": title("Via data source"), "Budget": {"number": 5}},
+        },
+    )
+    assert status == 200 and page["parent"]["type"] == "data_source_id"
+    status, rows = call(
+        "POST",
+        f"data_sources/{world.db}/query",
+        {"filter": {"property": "Budget", "number": {"equals": 5}}},
+    )
+    assert (
+        status == 200
+        and rows["type"] == "page_or_data_source"
+        and [r["id"] for r in rows["results"]] == [page["id"]]
+    )
+    status, found = call(
+        "POST", "search", {"filter": {"property": "object", "value": "data_source"}}
+    )
+    assert [f["object"] for f in found["results"]] == ["data_source"]
+    status, err = call("POST", "search", {"filter": {"property": "object", "value": "database"}})
+    assert status == 400
+    status, upd = call(
+        "PATCH", f"data_sources/{world.db}", {"properties": {"Extra": {"checkbox": {}}}}
+    )
+    assert "Extra" in upd["properties"]
+    status, new = call(
+        "POST",
+        "databases",
+        {
+            "parent": {"page_id": world.home},
+            "title": title("T")["title"],
+            "initial_data_source": {"properties": {"Name": {"title": {}}}},
+        },
+    )
+    assert status == 200 and new["data_sources"][0]["id"] == new["id"]
+    # the same world read at 2022-06-28 sees the classic shapes
+    assert ok(world, "GET", f"pages/{page['id']}")["parent"] == {
+        "type": "database_id",
+        "database_id": world.db,
+    }

@@ -32,6 +32,8 @@ from services.tools.context import WorldContext
 
 APP = "notion"
 NOTION_VERSION = "2022-06-28"
+DATA_SOURCES_VERSION = "2025-09-03"
+VERSIONS = (NOTION_VERSION, DATA_SOURCES_VERSION)
 MAX_PAGE_SIZE = 100
 MAX_CHILDREN = 100
 MAX_TEXT = 2000
@@ -91,6 +93,15 @@ STATUS_DEFAULT = [
 
 
 # --------------------------------------------------------------------------- basics
+
+
+def data_sources(ctx: WorldContext) -> bool:
+    """Whether this call speaks Notion-Version 2025-09-03 (the routes set it on the context).
+
+    The model stays 2022-06-28's: each database has exactly one data source, which shares the
+    database's id, so ``/data_sources/{id}`` and ``/databases/{id}`` name the same thing.
+    """
+    return getattr(ctx, "notion_version", NOTION_VERSION) == DATA_SOURCES_VERSION
 
 
 def _get(ctx: WorldContext, model: Any, key: str) -> Any:
@@ -599,7 +610,15 @@ def page_json(ctx: WorldContext, page: NotionPage) -> dict[str, Any]:
         "last_edited_by": _user_ref(page.last_edited_by),
         "cover": page.cover,
         "icon": page.icon,
-        "parent": _parent_json(page.parent_type, page.parent_id),
+        "parent": (
+            {
+                "type": "data_source_id",
+                "data_source_id": page.parent_id,
+                "database_id": page.parent_id,
+            }
+            if page.parent_type == "database_id" and data_sources(ctx)
+            else _parent_json(page.parent_type, page.parent_id)
+        ),
         "archived": page.archived,
         "in_trash": page.archived,
         "properties": props,
@@ -626,10 +645,11 @@ def _page(ctx: WorldContext, page_id: str) -> NotionPage:
 def _parent(ctx: WorldContext, parent: Any) -> tuple[str, str]:
     if not isinstance(parent, dict):
         raise validation("body.parent should be an object, instead was `undefined`.")
-    if parent.get("database_id"):
-        db = _get(ctx, NotionDatabase, normalize_id(parent["database_id"]))
+    if parent.get("database_id") or parent.get("data_source_id"):
+        key = parent.get("data_source_id") or parent["database_id"]
+        db = _get(ctx, NotionDatabase, normalize_id(key))
         if db is None:
-            raise not_found(parent["database_id"], "database")
+            raise not_found(key, "database")
         if db.archived:
             raise validation("Can't add pages to an archived database.")
         return "database_id", db.id
@@ -841,6 +861,30 @@ def retrieve_page_property(
 
 
 def database_json(ctx: WorldContext, db: NotionDatabase) -> dict[str, Any]:
+    """A database; at 2025-09-03 its schema moves to its (single) data source."""
+    body = _database_body(ctx, db)
+    if data_sources(ctx):
+        body.pop("properties")
+        body["data_sources"] = [{"id": db.id, "name": plain(db.title)}]
+    return body
+
+
+def data_source_json(ctx: WorldContext, db: NotionDatabase) -> dict[str, Any]:
+    """The database's one data source (2025-09-03): its schema, parented by the database."""
+    body = _database_body(ctx, db)
+    body["object"] = "data_source"
+    body["database_parent"] = body["parent"]
+    body["parent"] = {"type": "database_id", "database_id": db.id}
+    body.pop("is_inline")
+    return body
+
+
+def retrieve_data_source(ctx: WorldContext, *, data_source_id: str) -> dict[str, Any]:
+    workspace(ctx)
+    return data_source_json(ctx, _database(ctx, data_source_id))
+
+
+def _database_body(ctx: WorldContext, db: NotionDatabase) -> dict[str, Any]:
     return {
         "object": "database",
         "id": db.id,
@@ -1279,7 +1323,8 @@ def query_database(
             present.sort(key=key, reverse=direction == "descending")
             rows = present + missing  # empty values last either way, as Notion does
     chunk, nxt = _paginate(rows, start_cursor, page_size, lambda pj: pj[0].id)
-    return _list([j for _, j in chunk], nxt, "page_or_database")
+    kind = "page_or_data_source" if data_sources(ctx) else "page_or_database"
+    return _list([j for _, j in chunk], nxt, kind)
 
 
 # --------------------------------------------------------------------------- search
@@ -1296,7 +1341,8 @@ def search(
 ) -> dict[str, Any]:
     """``POST /search``: pages and databases whose title contains ``query`` (case-insensitive)."""
     workspace(ctx)
-    kinds = {"page", "database"}
+    db_kind = "data_source" if data_sources(ctx) else "database"
+    kinds = {"page", db_kind}
     if filter is not None:
         if (
             not isinstance(filter, dict)
@@ -1304,7 +1350,7 @@ def search(
             or filter.get("value") not in kinds
         ):
             raise validation(
-                'body.filter should be {"property": "object", "value": "page" | "database"}.'
+                f'body.filter should be {{"property": "object", "value": "page" | "{db_kind}"}}.'
             )
         kinds = {filter["value"]}
     direction = "descending"
@@ -1326,17 +1372,18 @@ def search(
         ):
             if needle in _title_of_page(p).lower():
                 found.append((p.last_edited_time, p.seq, p.id, page_json(ctx, p)))
-    if "database" in kinds:
+    if db_kind in kinds:
+        render = data_source_json if data_sources(ctx) else database_json
         for d in ctx.session.scalars(
             select(NotionDatabase).where(
                 NotionDatabase.world_id == ctx.world_id, NotionDatabase.archived.is_(False)
             )
         ):
             if needle in plain(d.title).lower():
-                found.append((d.last_edited_time, d.seq, d.id, database_json(ctx, d)))
+                found.append((d.last_edited_time, d.seq, d.id, render(ctx, d)))
     found.sort(key=lambda f: (f[0], f[1]), reverse=direction == "descending")
     chunk, nxt = _paginate(found, start_cursor, page_size, lambda f: f[2])
-    return _list([f[3] for f in chunk], nxt, "page_or_database")
+    return _list([f[3] for f in chunk], nxt, f"page_or_{db_kind}")
 
 
 # --------------------------------------------------------------------------- blocks

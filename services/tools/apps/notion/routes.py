@@ -1,10 +1,13 @@
 """Notion API routes (``/worlds/{world_id}/notion/v1/...``), Notion-Version 2022-06-28.
 
-This mock implements one API version, **2022-06-28** (databases hold their schema and are
-queried with ``POST /v1/databases/{id}/query``; the 2025-09-03 "data sources" split is not
-modelled). Requests must send ``Notion-Version: 2022-06-28``, as ``notion-client`` 2.x does by
-default; a missing header answers ``missing_version`` and any other version a
-``validation_error`` naming the supported one, so a client never silently gets other semantics.
+The pinned API version is **2022-06-28** (databases hold their schema and are queried with
+``POST /v1/databases/{id}/query``), what ``notion-client`` 2.x (pinned 2.5.0) sends by default.
+``2025-09-03`` (``notion-client`` 3.x's default) is accepted for its data-source paths, with one
+data source per database sharing the database's id: ``GET/PATCH /v1/data_sources/{id}``,
+``POST /v1/data_sources/{id}/query``, ``parent: {"data_source_id"}``, ``initial_data_source``,
+search filter ``"data_source"``; databases then list ``data_sources`` instead of ``properties``.
+A missing header answers ``missing_version``; any other version a ``validation_error`` naming
+the supported ones, so a client never silently gets other semantics.
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ def notion_context(ctx: WorldCtx, request: Request) -> WorldContext:
             "Notion-Version header failed validation: Notion-Version header should be defined, "
             "instead was `undefined`.",
         )
-    if version != A.NOTION_VERSION:
+    if version not in A.VERSIONS:
         raise validation(
-            f"Notion-Version `{version}` is not supported by this mock; send `{A.NOTION_VERSION}`."
+            f"Notion-Version `{version}` is not supported by this mock; send "
+            f"`{A.NOTION_VERSION}` (or `{A.DATA_SOURCES_VERSION}` for the data-source paths)."
         )
+    ctx.notion_version = version  # type: ignore[attr-defined] - read by actions.data_sources
     return ctx
 
 
@@ -164,13 +169,17 @@ def retrieve_page_property(
 
 @router.post("/databases", operation_id="notion_createDatabase")
 def create_database(ctx: NotionCtx, body: Body) -> dict[str, Any]:
-    if "properties" not in body:
+    properties = body.get("properties")
+    initial = body.get("initial_data_source")
+    if properties is None and isinstance(initial, dict):
+        properties = initial.get("properties")  # 2025-09-03: the schema is the data source's
+    if properties is None:
         raise validation("body.properties should be defined, instead was `undefined`.")
     return A.create_database(
         ctx,
         parent=body.get("parent"),
         title=body.get("title"),
-        properties=body.get("properties"),
+        properties=properties,
         description=body.get("description"),
         icon=body.get("icon"),
         cover=body.get("cover"),
@@ -205,6 +214,45 @@ def query_database(ctx: NotionCtx, database_id: str, body: Body) -> dict[str, An
         start_cursor=body.get("start_cursor"),
         page_size=body.get("page_size"),
     )
+
+
+# --------------------------------------------------------------------------- data sources
+# Notion-Version 2025-09-03 splits a database's schema and rows into data sources; here each
+# database has exactly one, with the database's id.
+
+
+@router.get("/data_sources/{data_source_id}", operation_id="notion_retrieveDataSource")
+def retrieve_data_source(ctx: NotionCtx, data_source_id: str) -> dict[str, Any]:
+    return A.retrieve_data_source(ctx, data_source_id=data_source_id)
+
+
+@router.patch("/data_sources/{data_source_id}", operation_id="notion_updateDataSource")
+def update_data_source(ctx: NotionCtx, data_source_id: str, body: Body) -> dict[str, Any]:
+    A.update_database(
+        ctx,
+        database_id=data_source_id,
+        title=body.get("title"),
+        properties=body.get("properties"),
+        archived=body.get("archived", body.get("in_trash")),
+    )
+    return A.retrieve_data_source(ctx, data_source_id=data_source_id)
+
+
+@router.post("/data_sources/{data_source_id}/query", operation_id="notion_queryDataSource")
+def query_data_source(ctx: NotionCtx, data_source_id: str, body: Body) -> dict[str, Any]:
+    return A.query_database(
+        ctx,
+        database_id=data_source_id,
+        filter=body.get("filter"),
+        sorts=body.get("sorts"),
+        start_cursor=body.get("start_cursor"),
+        page_size=body.get("page_size"),
+    )
+
+
+@router.post("/data_sources", operation_id="notion_createDataSource")
+def create_data_source(ctx: NotionCtx, body: Body) -> dict[str, Any]:
+    raise validation("This mock keeps one data source per database; create a database instead.")
 
 
 # --------------------------------------------------------------------------- blocks
