@@ -361,3 +361,27 @@ def test_topic_purpose_leave_and_my_conversations(world):
     )
     assert call(world, "conversations.leave", channel="general")["error"] == "cant_leave_general"
     assert {c["name"] for c in call(world, "users.conversations")["channels"]} == {"general"}
+
+
+def test_rename_kick_unarchive_and_unschedule(world):
+    ch = call(world, "conversations.create", name="tmp")["channel"]["id"]
+    assert call(world, "conversations.rename", channel=ch, name="legal")["error"] == "name_taken"
+    assert (
+        call(world, "conversations.rename", channel=ch, name="deals")["channel"]["name"] == "deals"
+    )
+    call(world, "conversations.invite", channel=ch, users=world.bob)
+    assert call(world, "conversations.kick", channel=ch, user=world.bob)["ok"]
+    assert world.bob not in call(world, "conversations.members", channel=ch)["members"]
+    call(world, "conversations.archive", channel=ch)
+    assert call(world, "conversations.unarchive", channel=ch)["ok"]
+    assert call(world, "conversations.unarchive", channel=ch)["error"] == "not_archived"
+    at = int(CLOCK.timestamp()) + 600
+    sid = call(world, "chat.scheduleMessage", channel=ch, text="later", post_at=at)[
+        "scheduled_message_id"
+    ]
+    assert call(world, "chat.deleteScheduledMessage", channel=ch, scheduled_message_id=sid)["ok"]
+    assert (
+        call(world, "chat.deleteScheduledMessage", channel=ch, scheduled_message_id=sid)["error"]
+        == "invalid_scheduled_message_id"
+    )
+    assert call(world, "users.profile.get")["profile"]["email"] == "ava@acme.test"

@@ -638,6 +638,72 @@ def conversations_set_text(
     return {"channel": _channel_json(ctx, ch, actor)}
 
 
+def conversations_rename(
+    ctx: WorldContext, *, channel: str, name: str, as_user: str | None = None
+) -> dict[str, Any]:
+    actor = _actor(ctx, as_user)
+    ch = _channel(ctx, channel, actor)
+    if ch.kind not in ("public", "private"):
+        raise SlackError("method_not_supported_for_channel_type")
+    if not _is_member(ctx, ch.id, actor):
+        raise SlackError("not_in_channel")
+    name = (name or "").strip()
+    if not name:
+        raise SlackError("invalid_name_required")
+    if not _CHANNEL_NAME.fullmatch(name):
+        raise SlackError("invalid_name_specials")
+    taken = ctx.session.scalar(
+        select(SlackChannel.id).where(
+            SlackChannel.world_id == ctx.world_id,
+            SlackChannel.name == name,
+            SlackChannel.kind.in_(("public", "private")),
+            SlackChannel.id != ch.id,
+        )
+    )
+    if taken:
+        raise SlackError("name_taken")
+    old, ch.name = ch.name, name
+    ctx.record(
+        APP, "conversations.rename", {"channel": ch.id, "from": old, "to": name, "user": actor}
+    )
+    return {"channel": _channel_json(ctx, ch, actor)}
+
+
+def conversations_unarchive(
+    ctx: WorldContext, *, channel: str, as_user: str | None = None
+) -> dict[str, Any]:
+    actor = _actor(ctx, as_user)
+    ch = _channel(ctx, channel, actor)
+    if not ch.is_archived:
+        raise SlackError("not_archived")
+    ch.is_archived = False
+    ctx.record(APP, "conversations.unarchive", {"channel": ch.id, "user": actor})
+    return {}
+
+
+def conversations_kick(
+    ctx: WorldContext, *, channel: str, user: str, as_user: str | None = None
+) -> dict[str, Any]:
+    actor = _actor(ctx, as_user)
+    ch = _channel(ctx, channel, actor)
+    if ch.kind in ("im", "mpim"):
+        raise SlackError("method_not_supported_for_channel_type")
+    if ch.is_general:
+        raise SlackError("cant_kick_from_general")
+    if not _is_member(ctx, ch.id, actor):
+        raise SlackError("not_in_channel")
+    target = _user(ctx, user).id
+    if target == actor:
+        raise SlackError("cant_kick_self")
+    row = _get(ctx, SlackMember, ch.id, target)
+    if row is None:
+        raise SlackError("not_in_channel")
+    ctx.session.delete(row)
+    ctx.session.flush()
+    ctx.record(APP, "conversations.kick", {"channel": ch.id, "kicked": target, "user": actor})
+    return {}
+
+
 def conversations_leave(
     ctx: WorldContext, *, channel: str, as_user: str | None = None
 ) -> dict[str, Any]:
@@ -974,6 +1040,23 @@ def schedule_message(
         "post_at": when,
         "message": {"type": "message", "user": actor, "text": text, "bot_id": None},
     }
+
+
+def delete_scheduled(
+    ctx: WorldContext, *, channel: str, scheduled_message_id: str, as_user: str | None = None
+) -> dict[str, Any]:
+    """``chat.deleteScheduledMessage``."""
+    actor = _actor(ctx, as_user)
+    ch = _channel(ctx, channel, actor)
+    row = _get(ctx, SlackScheduled, scheduled_message_id or "")
+    if row is None or row.channel_id != ch.id or row.user != actor:
+        raise SlackError("invalid_scheduled_message_id")
+    ctx.session.delete(row)
+    ctx.session.flush()
+    ctx.record(
+        APP, "chat.deleteScheduledMessage", {"channel": ch.id, "scheduled_message_id": row.id}
+    )
+    return {}
 
 
 def deliver_due(ctx: WorldContext) -> list[dict[str, Any]]:

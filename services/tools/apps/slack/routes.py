@@ -264,6 +264,40 @@ def _users_conversations(ctx: WorldContext, p: Params, _: Request) -> dict[str, 
     )
 
 
+@method("conversations.rename")
+def _conv_rename(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.conversations_rename(
+        ctx, channel=p.need("channel", "channel_not_found"), name=p.str("name") or ""
+    )
+
+
+@method("conversations.unarchive")
+def _conv_unarchive(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.conversations_unarchive(ctx, channel=p.need("channel", "channel_not_found"))
+
+
+@method("conversations.kick")
+def _conv_kick(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.conversations_kick(
+        ctx, channel=p.need("channel", "channel_not_found"), user=p.need("user", "user_not_found")
+    )
+
+
+@method("chat.deleteScheduledMessage")
+def _delete_scheduled(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    return A.delete_scheduled(
+        ctx,
+        channel=p.need("channel", "channel_not_found"),
+        scheduled_message_id=p.need("scheduled_message_id", "invalid_scheduled_message_id"),
+    )
+
+
+@method("users.profile.get")
+def _profile_get(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
+    user = A.users_info(ctx, user=p.str("user") or A.agent_user_id(ctx))["user"]
+    return {"profile": user["profile"]}
+
+
 @method("chat.postMessage")
 def _post(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
     return A.post_message(
