@@ -128,6 +128,30 @@ def test_invitation_answer_and_errors(world):
     assert seen["attendees"][0] == {"email": ME, "responseStatus": "declined", "self": True}
     new_cal = svc.calendars().insert(body={"summary": "Hiring"}).execute()
     assert svc.calendars().get(calendarId=new_cal["id"]).execute()["summary"] == "Hiring"
+    mine = (
+        svc.events()
+        .insert(
+            calendarId="primary",
+            body={
+                "summary": "Panel",
+                "start": {"date": "2026-03-09"},
+                "end": {"date": "2026-03-10"},
+            },
+        )
+        .execute()
+    )
+    moved = (
+        svc.events()
+        .move(calendarId="primary", eventId=mine["id"], destination=new_cal["id"])
+        .execute()
+    )
+    assert [e["id"] for e in svc.events().list(calendarId=new_cal["id"]).execute()["items"]] == [
+        moved["id"]
+    ]
+    svc.calendarList().insert(body={"id": BOB}).execute()
+    assert BOB in [c["id"] for c in svc.calendarList().list().execute()["items"]]
+    svc.calendarList().delete(calendarId=BOB).execute()
+    assert BOB not in [c["id"] for c in svc.calendarList().list().execute()["items"]]
     with pytest.raises(HttpError) as err:
         svc.events().get(calendarId="primary", eventId="doesnotexist").execute()
     assert err.value.resp.status == 404 and err.value.reason == "Not Found"

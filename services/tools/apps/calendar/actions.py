@@ -282,6 +282,29 @@ def calendar_list_get(ctx: WorldContext, *, calendar_id: str) -> dict[str, Any]:
     return _list_entry(row, meta(ctx).agent_email)
 
 
+def calendar_list_insert(ctx: WorldContext, *, calendar_id: str) -> dict[str, Any]:
+    """``calendarList.insert``: show another (readable) calendar in the user's list."""
+    row = _calendar(ctx, calendar_id)
+    if row.in_list:
+        raise GoogleError(409, "duplicate", "The calendar is already in the list.")
+    row.in_list = True
+    ctx.record(APP, "calendarList.insert", {"calendarId": row.id})
+    return _list_entry(row, meta(ctx).agent_email)
+
+
+def calendar_list_delete(ctx: WorldContext, *, calendar_id: str) -> None:
+    """``calendarList.delete``: hide a calendar from the list (the primary one stays)."""
+    row = _calendar(ctx, calendar_id)
+    if not row.in_list:
+        raise not_found()
+    if row.primary and row.owner_email == meta(ctx).agent_email:
+        raise bad_request(
+            "Cannot remove the primary calendar from the list.", "cannotRemovePrimary"
+        )
+    row.in_list = False
+    ctx.record(APP, "calendarList.delete", {"calendarId": row.id})
+
+
 # --------------------------------------------------------------------------- paging
 
 
@@ -843,6 +866,29 @@ def delete_event(
             "user": me,
         },
     )
+
+
+def move_event(
+    ctx: WorldContext,
+    *,
+    calendar_id: str,
+    event_id: str,
+    destination: str,
+    as_email: str | None = None,
+) -> dict[str, Any]:
+    """``events.move``: to another calendar the organizer owns."""
+    me = _me(ctx, as_email)
+    cal = _calendar(ctx, calendar_id, me=me)
+    dest = _calendar(ctx, destination, me=me)
+    ev, inst = _event(ctx, cal, event_id)
+    if inst or ev.calendar_id != cal.id:
+        raise bad_request("Only events organised in the source calendar can be moved.")
+    if cal.owner_email != me or dest.owner_email != me:
+        raise GoogleError(403, "requiredAccessLevel", "You need to own both calendars.")
+    ev.calendar_id = dest.id
+    ev.updated = ctx.now
+    ctx.record(APP, "events.move", {"eventId": ev.id, "from": cal.id, "to": dest.id, "user": me})
+    return event_json(ctx, ev, me)
 
 
 def _matches_q(ev: CalendarEvent, q: str) -> bool:

@@ -97,6 +97,24 @@ def calendar_list_get(ctx: CalCtx, calendar_id: str) -> dict[str, Any]:
     return A.calendar_list_get(ctx, calendar_id=calendar_id)
 
 
+@router.post("/users/me/calendarList", operation_id="calendar_calendarList_insert")
+def calendar_list_insert(ctx: CalCtx, body: Body) -> dict[str, Any]:
+    cid = body.get("id")
+    if not isinstance(cid, str) or not cid:
+        raise bad_request("Required: id", "required")
+    return A.calendar_list_insert(ctx, calendar_id=cid)
+
+
+@router.delete(
+    "/users/me/calendarList/{calendar_id}",
+    status_code=204,
+    operation_id="calendar_calendarList_delete",
+)
+def calendar_list_delete(ctx: CalCtx, calendar_id: str) -> Response:
+    A.calendar_list_delete(ctx, calendar_id=calendar_id)
+    return Response(status_code=204)
+
+
 @router.post("/calendars", operation_id="calendar_calendars_insert")
 def insert_calendar(ctx: CalCtx, body: Body) -> dict[str, Any]:
     return A.insert_calendar(
@@ -239,6 +257,18 @@ def delete_event(
 ) -> Response:
     A.delete_event(ctx, calendar_id=calendar_id, event_id=event_id, send_updates=send_updates)
     return Response(status_code=204)
+
+
+@router.post("/calendars/{calendar_id}/events/{event_id}/move", operation_id="calendar_events_move")
+def move_event(
+    ctx: CalCtx,
+    calendar_id: str,
+    event_id: str,
+    destination: Annotated[str | None, Query()] = None,
+) -> dict[str, Any]:
+    if not destination:
+        raise bad_request("Required parameter: destination", "required")
+    return A.move_event(ctx, calendar_id=calendar_id, event_id=event_id, destination=destination)
 
 
 @router.post("/freeBusy", operation_id="calendar_freebusy_query")
