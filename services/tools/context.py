@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
+from fastapi.routing import APIRoute
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -117,7 +118,9 @@ def world_context(world_id: str, request: Request) -> Iterator[WorldContext]:
             raise APIError(404, "not_found", f"world {world_id!r} does not exist")
         if world.token_sha256 != token_digest(token):
             raise APIError(403, "forbidden", f"this token does not open world {world_id!r}")
-        yield WorldContext(world_id=world_id, session=session, seed=world.seed, world=world)
+        ctx = WorldContext(world_id=world_id, session=session, seed=world.seed, world=world)
+        request.state.world_ctx = ctx  # for WorldRoute's commit-and-retry
+        yield ctx
 
 
 def world_context_by_token(request: Request) -> Iterator[WorldContext]:
@@ -133,7 +136,24 @@ def world_context_by_token(request: Request) -> Iterator[WorldContext]:
         world = session.scalar(select(WorldRow).where(WorldRow.token_sha256 == token_digest(token)))
         if world is None:
             raise APIError(401, "unauthorized", "this token opens no world")
-        yield WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
+        ctx = WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
+        request.state.world_ctx = ctx
+        yield ctx
+
+
+class WorldRoute(APIRoute):
+    """Route class that runs each call under its world's lock and re-runs it on a database
+    conflict (parallel tool calls of one agent; see ``services.tools.mcp.serial``)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        from services.tools.mcp.serial import run_world_call
+
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await run_world_call(request, handler)
+
+        return route
 
 
 # scope="function": commit before the response goes out, so a client that gets an answer

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field, field_validator, model_validator
 from sqlalchemy import select
 
-from services.tools.context import _aware
+from services.tools.context import WorldRoute, _aware
 from services.tools.events import engine
 from services.tools.models import EventRow, SnapshotRow, WorldRow
 from services.tools.scenarios import SCENARIOS, get_scenario
@@ -19,7 +19,8 @@ from services.tools.worlds import service
 from shared.db import ServiceDatabase
 from shared.errors import APIError, bad_request
 
-router = APIRouter(tags=["worlds"])
+# WorldRoute: a clock advance or snapshot never races the same world's app calls.
+router = APIRouter(tags=["worlds"], route_class=WorldRoute)
 MAX_ADVANCE = timedelta(days=3660)
 
 

@@ -23,11 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.tools.apps.gmail import actions as gm
 from services.tools.apps.gmail import mime
 from services.tools.apps.gmail.actions import GmailError
-from services.tools.context import WorldContext, WorldCtx, WorldCtxByToken
+from services.tools.context import WorldContext, WorldCtx, WorldCtxByToken, WorldRoute
 
 PREFIX = "/worlds/{world_id}/gmail/v1/users/{userId}"
-router = APIRouter(prefix=PREFIX, tags=["gmail"])
-upload_router = APIRouter(tags=["gmail"])
+router = APIRouter(prefix=PREFIX, tags=["gmail"], route_class=WorldRoute)
+upload_router = APIRouter(tags=["gmail"], route_class=WorldRoute)
 MAX_UPLOAD = 36 * 1024 * 1024  # Gmail's limit is 35 MB per message
 MAX_PAGE = 500
 
