@@ -55,6 +55,15 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+            # Let SQLAlchemy, not the driver, open transactions (see _begin_immediate).
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _begin_immediate(conn):  # type: ignore[no-untyped-def]
+            # A deferred transaction that reads and then writes fails with "database is
+            # locked" when another writer got there first; taking the write lock up front
+            # makes concurrent writers queue on the busy timeout instead.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     kwargs.setdefault("pool_pre_ping", True)

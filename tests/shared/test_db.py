@@ -83,3 +83,30 @@ def test_concurrent_migrations_on_postgresql(pg_url):
     assert dbs[0].revision() == "v0001"
     for db in dbs:
         db.close()
+
+
+def test_read_modify_write_on_sqlite_is_serialised(tmp_path):
+    """Each transaction derives its row id from a count it read: without a transaction that
+    takes the write lock up front, two threads read the same count and collide."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = ServiceDatabase("verifier", f"sqlite:///{tmp_path / 'k3.db'}", VERIFIER)
+    db.migrate()
+
+    def work(_: int) -> None:
+        with db.session() as s:
+            n = s.execute(text("SELECT count(*) FROM verifier_jobs")).scalar()
+            s.execute(
+                text(
+                    "INSERT INTO verifier_jobs (id, kind, created_at, payload) "
+                    "VALUES (:id, 'echo', CURRENT_TIMESTAMP, '{}')"
+                ),
+                {"id": f"j{n}"},
+            )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(40)))
+    with db.session() as s:
+        ids = s.execute(text("SELECT id FROM verifier_jobs")).scalars().all()
+    assert sorted(ids) == sorted(f"j{i}" for i in range(40))
+    db.close()
