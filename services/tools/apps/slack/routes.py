@@ -493,13 +493,15 @@ def _endpoint(name: str, handler: Handler) -> Callable[..., dict[str, Any]]:
 
 
 for _name, _handler in METHODS.items():
-    router.add_api_route(
-        f"/api/{_name}",
-        _endpoint(_name, _handler),
-        methods=["GET", "POST"],
-        operation_id="slack_" + _name.replace(".", "_"),
-        summary=f"Slack {_name}",
-    )
+    # One route per verb: an OpenAPI operation id must be unique per (path, method).
+    for _verb, _suffix in (("POST", ""), ("GET", "_get")):
+        router.add_api_route(
+            f"/api/{_name}",
+            _endpoint(_name, _handler),
+            methods=[_verb],
+            operation_id="slack_" + _name.replace(".", "_") + _suffix,
+            summary=f"Slack {_name}",
+        )
 
 
 @router.post("/upload/{file_id}/{key}", operation_id="slack_uploadFileBytes")
@@ -508,7 +510,7 @@ async def upload_bytes(world_id: str, file_id: str, key: str, request: Request) 
     data = await request.body()
     db = request.app.state.db
     with db.session() as session, open_world(session, world_id) as ctx:
-        if not hmac.compare_digest(upload_key(ctx, file_id), key):
+        if not hmac.compare_digest(upload_key(ctx, file_id).encode(), key.encode()):
             raise SlackError("invalid_auth", status=403)
         A.files_receive_upload(ctx, file_id=file_id, data=data)
     return Response(f"OK - {len(data)}", media_type="text/plain")
@@ -521,7 +523,14 @@ def download_file(ctx: SlackCtx, file_id: str) -> Response:
     return Response(content=data, media_type=mimetype)
 
 
-@router.api_route("/api/{method_name}", methods=["GET", "POST"], operation_id="slack_unknownMethod")
 def unknown_method(world_id: str, method_name: str) -> JSONResponse:
     """Any other method: Slack's ``unknown_method``."""
     return JSONResponse({"ok": False, "error": "unknown_method", "req_method": method_name})
+
+
+router.add_api_route(
+    "/api/{method_name}", unknown_method, methods=["POST"], operation_id="slack_unknownMethod"
+)
+router.add_api_route(
+    "/api/{method_name}", unknown_method, methods=["GET"], operation_id="slack_unknownMethod_get"
+)
