@@ -1,0 +1,340 @@
+"""Host side of the guest agent protocol (``agent.c`` documents the wire format).
+
+:class:`AgentClient` speaks to one guest agent over a stream socket (QEMU's virtio-serial
+chardev socket for microvm; any connected stream works). Requests are multiplexed by id: a
+reader thread routes reply frames to per-request queues, so an exec can stream while files are
+read. ``client_for_socket(sock)`` is the factory other runtimes use.
+
+Resynchronisation: after a (re)connect the byte stream may start mid-frame (output the guest
+wrote for a previous host). :meth:`AgentClient.sync` sends ``H`` with a random token and drops
+everything until the matching ``h``; frames for ids this client never issued are dropped.
+
+Checkpoint safety: :meth:`AgentClient.quiesce` holds the request gate, which every request
+holds until the guest has fully consumed it (its reply or, for exec, its ``S``), so a
+checkpoint never catches a half-delivered request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import secrets
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+from services.sandbox.runtime.base import (
+    ExecEvent,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    GuestAgentError,
+    GuestFileError,
+    GuestFileNotFound,
+    normalize_guest_path,
+)
+
+MAGIC = 0x4B334147
+HEADER = struct.Struct(">IcII")
+MAX_FRAME = 1 << 30
+_EOF = object()
+
+
+def tlv(tag: str, value: bytes | str | int) -> bytes:
+    if isinstance(value, int):
+        value = str(value)
+    if isinstance(value, str):
+        value = value.encode()
+    return tag.encode() + struct.pack(">I", len(value)) + value
+
+
+def parse_tlv(payload: bytes) -> list[tuple[str, bytes]]:
+    out, off = [], 0
+    while off + 5 <= len(payload):
+        tag = chr(payload[off])
+        (n,) = struct.unpack_from(">I", payload, off + 1)
+        out.append((tag, payload[off + 5 : off + 5 + n]))
+        off += 5 + n
+    return out
+
+
+def frame(kind: str, rid: int, payload: bytes = b"") -> bytes:
+    return HEADER.pack(MAGIC, kind.encode(), rid, len(payload)) + payload
+
+
+def _entry(text: bytes, dirpath: str | None) -> FileInfo:
+    mode, size, mtime, kind, name = text.decode("utf-8", "replace").split(" ", 4)
+    path = name if dirpath is None else f"{dirpath.rstrip('/')}/{name}"
+    return FileInfo(
+        path=path,
+        name=name.rsplit("/", 1)[-1] if dirpath is None else name,
+        size=int(size),
+        mode=int(mode, 8),
+        is_dir=kind == "d",
+        is_symlink=kind == "l",
+        mtime=float(mtime),
+    )
+
+
+class AgentClient:
+    """One connection to a guest agent. Thread-safe."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float = 30.0) -> None:
+        self._sock = sock
+        self._timeout = timeout_s
+        self._ids = itertools.count(1)
+        self._waiters: dict[int, queue.Queue] = {}
+        self._lock = threading.Lock()
+        self._gate = threading.RLock()
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self._sync_token: bytes | None = None
+        self._sync_event = threading.Event()
+        sock.settimeout(None)
+        self._reader = threading.Thread(target=self._read_loop, daemon=True, name="k3s-agent-rx")
+        self._reader.start()
+
+    # ------------------------------------------------------------------ transport
+
+    def _read_loop(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                data = self._sock.recv(1 << 20)
+                if not data:
+                    break
+                buf += data
+                self._consume(buf)
+        except OSError:
+            pass
+        with self._lock:
+            self._closed = True
+            waiters = list(self._waiters.values())
+        for q in waiters:
+            q.put(_EOF)
+        self._sync_event.set()
+
+    def _consume(self, buf: bytearray) -> None:
+        magic = HEADER.pack(MAGIC, b"h", 0, 0)[:4]
+        while True:
+            if self._sync_token is not None:  # resynchronising: scan for the matching 'h'
+                i = buf.find(magic)
+                if i < 0:
+                    del buf[: max(0, len(buf) - 3)]
+                    return
+                del buf[:i]
+                if len(buf) < HEADER.size:
+                    return
+                _, kind, rid, n = HEADER.unpack_from(buf)
+                if kind != b"h" or n > 4096:
+                    del buf[:1]
+                    continue
+                if len(buf) < HEADER.size + n:
+                    return
+                fields = dict(parse_tlv(bytes(buf[HEADER.size : HEADER.size + n])))
+                if fields.get("t") == self._sync_token:
+                    self._sync_token = None
+                    self._sync_event.set()
+                    del buf[: HEADER.size + n]
+                else:
+                    del buf[:1]
+                continue
+            if len(buf) < HEADER.size:
+                return
+            m, kind, rid, n = HEADER.unpack_from(buf)
+            if m != MAGIC or n > MAX_FRAME:
+                raise OSError("guest agent protocol error: bad frame header")
+            if len(buf) < HEADER.size + n:
+                return
+            payload = bytes(buf[HEADER.size : HEADER.size + n])
+            del buf[: HEADER.size + n]
+            with self._lock:
+                q = self._waiters.get(rid)
+            if q is not None:
+                q.put((kind.decode(), payload))
+
+    def _send(self, data: bytes) -> None:
+        with self._send_lock:
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                raise GuestAgentError(f"guest agent connection lost: {exc}") from exc
+
+    def sync(self, timeout_s: float = 10.0, retry_s: float = 0.25) -> None:
+        """Resynchronise the stream (see module docstring); retries until the guest answers."""
+        deadline = time.monotonic() + timeout_s
+        token = secrets.token_bytes(8)
+        self._sync_event.clear()
+        self._sync_token = token
+        while not self._sync_event.is_set():
+            if self._closed:
+                raise GuestAgentError("guest agent connection closed during sync")
+            if time.monotonic() > deadline:
+                raise GuestAgentError(f"guest agent did not answer within {timeout_s:.0f} s")
+            self._send(frame("H", 0, tlv("t", token)))
+            self._sync_event.wait(retry_s)
+        if self._closed:
+            raise GuestAgentError("guest agent connection closed during sync")
+
+    @contextlib.contextmanager
+    def quiesce(self) -> Iterator[None]:
+        """Hold off new requests until the block ends (used around checkpoints)."""
+        with self._gate:
+            yield
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ requests
+
+    def _open(self) -> tuple[int, queue.Queue]:
+        rid = next(self._ids) & 0xFFFFFFFF or next(self._ids)
+        q: queue.Queue = queue.Queue()
+        with self._lock:
+            if self._closed:
+                raise GuestAgentError("guest agent connection is closed")
+            self._waiters[rid] = q
+        return rid, q
+
+    def _done(self, rid: int) -> None:
+        with self._lock:
+            self._waiters.pop(rid, None)
+
+    def _get(self, q: queue.Queue, timeout: float | None) -> tuple[str, bytes]:
+        try:
+            item = q.get(timeout=timeout)
+        except queue.Empty:
+            raise GuestAgentError(f"guest agent did not answer within {timeout:.0f} s") from None
+        if item is _EOF:
+            raise GuestAgentError("guest agent connection lost")
+        return item
+
+    def _call(self, kind: str, payload: bytes, path: str = "") -> tuple[str, bytes]:
+        rid, q = self._open()
+        try:
+            with self._gate:
+                self._send(frame(kind, rid, payload))
+                reply = self._get(q, self._timeout)
+        finally:
+            self._done(rid)
+        if reply[0] == "F":
+            f = dict(parse_tlv(reply[1]))
+            errno = int(f.get("n", b"0"))
+            msg = f.get("m", b"").decode("utf-8", "replace")
+            cls = GuestFileNotFound if errno == 2 else GuestFileError
+            raise cls(msg, errno=errno, path=path)
+        return reply
+
+    def ping(self) -> None:
+        self._call("P", b"")
+
+    def exec_stream(self, req: ExecRequest) -> Iterator[ExecEvent]:
+        payload = b"".join(tlv("a", a) for a in req.full_argv())
+        payload += b"".join(tlv("e", f"{k}={v}") for k, v in req.env.items())
+        payload += tlv("c", normalize_guest_path(req.cwd) if req.cwd else "/home/user")
+        if req.stdin:
+            payload += tlv("i", req.stdin)
+        if req.timeout_s:
+            payload += tlv("t", max(1, int(req.timeout_s * 1000)))
+        if req.background:
+            payload += tlv("b", "1")
+        rid, q = self._open()
+        # the guest may run past the deadline by the kill latency; allow a margin
+        wait = req.timeout_s + 30.0 if req.timeout_s else None
+        try:
+            with self._gate:
+                self._send(frame("X", rid, payload))
+                kind, data = self._get(q, self._timeout)
+            if kind == "F":
+                msg = dict(parse_tlv(data)).get("m", b"").decode("utf-8", "replace")
+                raise GuestAgentError(f"exec failed in the guest: {msg}")
+            pid = int(dict(parse_tlv(data))["p"])
+            yield ExecEvent(kind="start", pid=pid)
+            if req.background:
+                return
+            while True:
+                kind, data = self._get(q, wait)
+                if kind == "O":
+                    yield ExecEvent(kind="stdout", data=data.decode("utf-8", "replace"))
+                elif kind == "E":
+                    yield ExecEvent(kind="stderr", data=data.decode("utf-8", "replace"))
+                elif kind == "Z":
+                    f = dict(parse_tlv(data))
+                    yield ExecEvent(kind="exit", pid=pid, exit_code=int(f["x"]), timed_out="T" in f)
+                    return
+        finally:
+            self._done(rid)
+
+    def exec(self, req: ExecRequest) -> ExecResult:
+        t0 = time.perf_counter()
+        out: list[str] = []
+        err: list[str] = []
+        res = ExecResult()
+        # decode per stream at the end so multi-byte characters split across chunks survive
+        for ev in self._exec_raw(req, out, err):
+            if ev.kind == "start":
+                res.pid = ev.pid
+            elif ev.kind == "exit":
+                res.exit_code = ev.exit_code
+                res.timed_out = ev.timed_out
+        res.stdout = "".join(out)
+        res.stderr = "".join(err)
+        if not req.background:
+            res.pid = None if res.exit_code is not None else res.pid
+        res.duration_ms = (time.perf_counter() - t0) * 1000
+        return res
+
+    def _exec_raw(self, req: ExecRequest, out: list[str], err: list[str]) -> Iterator[ExecEvent]:
+        for ev in self.exec_stream(req):
+            if ev.kind == "stdout":
+                out.append(ev.data)
+            elif ev.kind == "stderr":
+                err.append(ev.data)
+            else:
+                yield ev
+
+    def kill_process(self, pid: int, signal: int = 15) -> None:
+        self._call("G", tlv("p", pid) + tlv("s", signal), path=str(pid))
+
+    def read_file(self, path: str) -> bytes:
+        p = normalize_guest_path(path)
+        return self._call("R", tlv("f", p), p)[1]
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
+        p = normalize_guest_path(path)
+        _, payload = self._call("W", tlv("f", p) + tlv("m", f"{mode:o}") + tlv("d", data), p)
+        fields = parse_tlv(payload)
+        info = _entry(fields[0][1], None)
+        return info.model_copy(update={"path": p})
+
+    def list_dir(self, path: str) -> list[FileInfo]:
+        p = normalize_guest_path(path)
+        _, payload = self._call("L", tlv("f", p), p)
+        return [_entry(v, p) for t, v in parse_tlv(payload) if t == "E"]
+
+    def stat(self, path: str) -> FileInfo:
+        p = normalize_guest_path(path)
+        _, payload = self._call("T", tlv("f", p), p)
+        info = _entry(parse_tlv(payload)[0][1], None)
+        return info.model_copy(update={"path": p})
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        p = normalize_guest_path(path)
+        self._call("U", tlv("f", p) + (tlv("r", "1") if recursive else b""), p)
+
+
+def client_for_socket(sock: socket.socket, sync: bool = True) -> AgentClient:
+    """An :class:`AgentClient` on a connected stream socket, synchronised when ``sync``."""
+    client = AgentClient(sock)
+    if sync:
+        client.sync()
+    return client

@@ -1,0 +1,87 @@
+"""A small synchronous QMP client (QEMU Machine Protocol over a unix socket)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+
+class QMPError(RuntimeError):
+    """QEMU answered a command with an error (``class`` and ``desc`` in the message)."""
+
+
+class QMPClient:
+    """One QMP connection. ``execute`` is serialised; asynchronous events are recorded in
+    ``events`` (name, data) and otherwise ignored."""
+
+    def __init__(self, path: str, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                break
+            except OSError:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+        sock.settimeout(timeout_s)
+        self._sock = sock
+        self._file = sock.makefile("rwb", buffering=0)
+        self._lock = threading.Lock()
+        self.events: list[tuple[str, Any]] = []
+        greeting = self._read()
+        if "QMP" not in greeting:
+            raise QMPError(f"not a QMP greeting: {greeting}")
+        self.execute("qmp_capabilities")
+
+    def _read(self) -> dict[str, Any]:
+        line = self._file.readline()
+        if not line:
+            raise ConnectionError("QMP connection closed")
+        return json.loads(line)
+
+    def execute(self, command: str, timeout_s: float | None = None, **arguments: Any) -> Any:
+        msg: dict[str, Any] = {"execute": command}
+        if arguments:
+            msg["arguments"] = arguments
+        with self._lock:
+            if timeout_s is not None:
+                self._sock.settimeout(timeout_s)
+            self._file.write(json.dumps(msg).encode() + b"\n")
+            while True:
+                reply = self._read()
+                if "event" in reply:
+                    self.events.append((reply["event"], reply.get("data")))
+                    continue
+                if "error" in reply:
+                    err = reply["error"]
+                    raise QMPError(f"{command}: {err.get('class')}: {err.get('desc')}")
+                return reply.get("return")
+
+    def wait_event(self, name: str, timeout_s: float = 10.0) -> Any:
+        """Block until event ``name`` arrives (or was already seen since the last call)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                for i, (ev, data) in enumerate(self.events):
+                    if ev == name:
+                        del self.events[: i + 1]
+                        return data
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"QMP event {name} did not arrive in {timeout_s} s")
+                self._sock.settimeout(left)
+                reply = self._read()
+                if "event" in reply:
+                    self.events.append((reply["event"], reply.get("data")))
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            self._sock.close()
