@@ -92,14 +92,31 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
+def _alive(pgid: int) -> bool:
+    """Whether any non-zombie process is left in process group ``pgid``.
+
+    Zombies count as gone: once ``up --detach`` has exited, nobody here can reap its children.
+    """
     try:
-        os.killpg(pid, 0)
+        os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _resolve_data_dir(data_dir: Path | None) -> Path:
@@ -158,7 +175,9 @@ def _stop_children(children: list[Child], timeout_s: float = 10.0) -> list[Child
                 os.killpg(child.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    time.sleep(0.2)
+    deadline = time.monotonic() + 5.0  # SIGKILL is not instant for a process in I/O
+    while time.monotonic() < deadline and any(_alive(c.pid) for c in children):
+        time.sleep(0.1)
     for child in children:
         try:
             os.waitpid(child.pid, os.WNOHANG)

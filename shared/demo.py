@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -42,30 +41,86 @@ def _step(title: str, fn: Callable[[], str]) -> bool:
     return True
 
 
-def smoke(env: dict[str, str] | None = None) -> bool:
+def smoke() -> bool:
     """Run the smoke flow against a running platform; True when every step passed."""
     settings = load_settings()
     results: list[bool] = []
+
     with ModelClient.from_settings(settings) as model:
-        results.append(
-            _step("model: list served models", lambda: f"serves {', '.join(model.list_models())}")
-        )
+
+        def chat() -> str:
+            tools = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "send_email",
+                        "description": "Send an email.",
+                        "parameters": {"type": "object", "properties": {"to": {"type": "string"}}},
+                    },
+                }
+            ]
+            reply = model.chat(
+                [{"role": "user", "content": "Email Ada that the review moved to Friday."}],
+                tools=tools,
+                max_tokens=24,
+                seed=7,
+                temperature=0.8,
+            )
+            choice, usage = reply["choices"][0], reply["usage"]
+            return (
+                f"{reply['model']} answered ({choice['finish_reason']}, "
+                f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion "
+                "tokens) — random weights, so the words are noise; the pipeline is real"
+            )
+
+        results.append(_step("model: chat completion with a tool declared", chat))
+
     with SandboxClient.from_settings(settings) as sandbox:
 
-        def runtimes() -> str:
-            rts: list[dict[str, Any]] = sandbox.get_json("/runtimes")
-            usable = [r["name"] for r in rts if r["available"]]
-            return f"runtimes available here: {', '.join(usable) or 'none'}"
+        def lifecycle() -> str:
+            sb = sandbox.create("busybox", timeout=300)
+            sid = sb["sandboxID"]
+            try:
+                out = sandbox.exec(sid, "echo hello from $(uname -n)")["stdout"].strip()
+                sandbox.write_file(sid, "/tmp/demo.txt", "kept across pause\n")
+                sandbox.pause(sid)
+                paused = sandbox.get(sid)["state"]
+                sandbox.resume(sid)
+                kept = sandbox.read_file(sid, "/tmp/demo.txt").decode().strip()
+                cp = sandbox.checkpoint(sid)
+            finally:
+                sandbox.kill(sid)
+            return (
+                f"{sb.get('runtime', '?')} sandbox {sid}: exec said {out!r}; {paused} → "
+                f"resumed, file {kept!r}; checkpoint {cp['id']} stored {cp['bytes_stored']:,} bytes"
+            )
 
-        results.append(_step("sandbox: discover runtimes", runtimes))
+        results.append(_step("sandbox: create, exec, pause, resume, checkpoint", lifecycle))
+
     with ToolsClient.from_settings(settings) as tools:
 
-        def world() -> str:
-            w = tools.post_json("/worlds", {"scenario": "empty", "seed": 7})
-            back = tools.get_json(f"/worlds/{w['id']}")
-            return f"created world {back['id']} (scenario {back['scenario']}, seed {back['seed']})"
+        def scenario() -> str:
+            from services.tools.scenarios import get_scenario
+            from services.tools.scenarios.api import WorldAPI
 
-        results.append(_step("tools: create a world", world))
+            name = "hr_onboarding"
+            sc = get_scenario(name)
+            inst = sc.build(seed=1)
+            solved = tools.create_world(name, seed=1)
+            sc.solve(inst, WorldAPI(tools._http, solved["id"], solved["token"], tools.api_key))
+            done = tools.checks(solved["id"])
+            idle = tools.create_world(name, seed=1)
+            tools.advance(idle["id"], to=inst.end.isoformat())
+            nothing = tools.checks(idle["id"])
+            return (
+                f"{name}: {len(inst.events)} events over "
+                f"{(inst.end - inst.start).days} simulated days; the scripted expert "
+                f"passed {done['events_passed']}/{done['events_total']}, "
+                f"a do-nothing run {nothing['events_passed']}/{nothing['events_total']}"
+            )
+
+        results.append(_step("tools: a multi-day scenario, solved and left alone", scenario))
+
     with VerifierClient.from_settings(settings) as verifier:
 
         def job() -> str:
@@ -77,6 +132,7 @@ def smoke(env: dict[str, str] | None = None) -> bool:
             )
 
         results.append(_step("verifier: run a job through the queue", job))
+
     with OrchestratorClient.from_settings(settings) as orch:
 
         def platform() -> str:
