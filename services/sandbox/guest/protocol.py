@@ -174,7 +174,9 @@ class AgentClient:
                 raise GuestAgentError("guest agent connection closed during sync")
             if time.monotonic() > deadline:
                 raise GuestAgentError(f"guest agent did not answer within {timeout_s:.0f} s")
-            self._send(frame("H", 0, tlv("t", token)))
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                # never block: a booting guest does not read, and the buffer may be full
+                self._sock.send(frame("H", 0, tlv("t", token)), socket.MSG_DONTWAIT)
             self._sync_event.wait(retry_s)
         if self._closed:
             raise GuestAgentError("guest agent connection closed during sync")

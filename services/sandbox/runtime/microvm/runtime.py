@@ -75,8 +75,23 @@ log = logging.getLogger(__name__)
 
 QEMU = "qemu-system-x86_64"
 SETUP_HINT = "run scripts/setup_sandbox.sh"
-KERNEL_CMDLINE = "console=ttyS0 panic=-1 init_on_free=1"
-"""``init_on_free=1``: freed guest pages are zeroed, so they cost nothing in checkpoints."""
+KERNEL_CMDLINE = "console=ttyS0 quiet panic=-1 init_on_free=1 tsc=reliable"
+"""``init_on_free=1``: freed guest pages are zeroed, so they cost nothing in checkpoints.
+``tsc=reliable`` plus ``tsc_early_khz`` (added per host, :func:`_host_tsc_khz`): under TCG the
+guest TSC ticks at the host's rate, and on a loaded host the PIT calibration fails and the guest
+stalls without a clocksource; telling the kernel the frequency skips the calibration."""
+
+
+def _host_tsc_khz() -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        return int(Path("/sys/devices/system/cpu/cpu0/tsc_freq_khz").read_text())
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return int(float(line.split(":")[1]) * 1000)
+    return None
+
+
 BOOT_TIMEOUT_S = 90.0
 
 
@@ -215,7 +230,7 @@ class MicroVMRuntime(Runtime):
             "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
             "-kernel", str(image.kernel.vmlinuz),
             "-initrd", str(image.initrd),
-            "-append", KERNEL_CMDLINE + (" " + image.cmdline if image.cmdline else ""),
+            "-append", self._kernel_cmdline(image, accel),
             "-serial", f"file:{sock_dir / 'console.log'}",
             "-device", "virtio-serial-device",
             "-chardev", f"socket,id=agent,path={sock_dir / 'agent.sock'},server=on,wait=off",
@@ -237,6 +252,14 @@ class MicroVMRuntime(Runtime):
             # xen-save-devices-state writes no configuration section; do not expect one
             args += ["-incoming", "defer", "-global", "migration.send-configuration=off"]
         return args
+
+    @staticmethod
+    def _kernel_cmdline(image: Image, accel: str) -> str:
+        cmdline = KERNEL_CMDLINE
+        khz = _host_tsc_khz() if accel == "tcg" else None
+        if khz:
+            cmdline += f" tsc_early_khz={khz}"
+        return cmdline + (" " + image.cmdline if image.cmdline else "")
 
     def _launch(self, image: Image, spec: SandboxSpec, accel: str, incoming: bool,
                 boot_timeout: float = 10.0) -> _Vm:  # fmt: skip
