@@ -5,15 +5,15 @@
 #    (apt-get update only when a package is missing and the install fails without it);
 #  * the guest kernel: Debian's real linux-image-<ver>-cloud-amd64 package behind the
 #    linux-image-cloud-amd64 metapackage, fetched with `apt-get download` and unpacked with
-#    `dpkg -x` into $K3STACK_SANDBOX_CACHE/kernel (vmlinuz + virtio modules), where the
+#    `dpkg -x` into $K3STACK_SANDBOX__CACHE_DIR/kernel (vmlinuz + virtio modules), where the
 #    runtime finds it (services/sandbox/images/cache.py: kernel_dir()).
 #
-# Cache dir: $K3STACK_SANDBOX_CACHE, else /var/cache/k3stack as root, else ~/.cache/k3stack.
+# Cache dir: $K3STACK_SANDBOX__CACHE_DIR, else /var/cache/k3stack as root, else ~/.cache/k3stack.
 # Images (initramfs, Debian rootfs) are built on demand by the image builder:
 #   python -m services.sandbox.images build busybox
 set -euo pipefail
 
-if [[ -n "${K3STACK_SANDBOX_CACHE:-}" ]]; then CACHE="$K3STACK_SANDBOX_CACHE"
+if [[ -n "${K3STACK_SANDBOX__CACHE_DIR:-}" ]]; then CACHE="$K3STACK_SANDBOX__CACHE_DIR"
 elif [[ $(id -u) -eq 0 ]]; then CACHE=/var/cache/k3stack
 else CACHE="$HOME/.cache/k3stack"; fi
 SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"

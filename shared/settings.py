@@ -134,6 +134,17 @@ class SandboxSettings(ServiceSettings):
     reaper_interval_s: float = Field(
         1.0, gt=0, description="How often timeouts, periodic snapshots and liveness are checked."
     )
+    accel: Literal["auto", "kvm", "tcg"] = Field(
+        "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
+    )
+    warm_pool: int = Field(
+        0, ge=0, le=64, description="QEMU processes kept waiting (-incoming defer) for restores."
+    )
+    cache_dir: Path | None = Field(
+        None,
+        description="Guest kernels and images (default /var/cache/k3stack as root, "
+        "else ~/.cache/k3stack); scripts/setup_sandbox.sh fills it.",
+    )
 
 
 class ToolsSettings(ServiceSettings):

@@ -14,7 +14,7 @@ An *image* is what a microVM boots: the Debian cloud kernel fetched by
   Built on demand (minutes, needs ``debootstrap`` and the Debian mirror), never in tests.
 
 Build outputs go to a cache directory (never into the repository):
-``$K3STACK_SANDBOX_CACHE``, else ``/var/cache/k3stack`` as root, else ``~/.cache/k3stack``.
+``$K3STACK_SANDBOX__CACHE_DIR``, else ``/var/cache/k3stack`` as root, else ``~/.cache/k3stack``.
 Each image lives in a folder named after a hash of its inputs, so a changed agent or init
 script gives a new image and old sandboxes keep theirs.
 """
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.sandbox.runtime.base import RuntimeUnavailable
+from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,9 @@ MODULE_ORDER = (
 
 def sandbox_cache_dir() -> Path:
     """Where kernels and images are cached (see module docstring)."""
-    env = os.environ.get("K3STACK_SANDBOX_CACHE")
-    if env:
-        return Path(env)
+    configured = get_settings().sandbox.cache_dir
+    if configured:
+        return Path(configured)
     if os.geteuid() == 0:
         return Path("/var/cache/k3stack")
     return Path.home() / ".cache" / "k3stack"

@@ -25,7 +25,7 @@ with ``-incoming defer`` on that file, load the device state, ``cont``, resynchr
 Acceleration: KVM when a boot probe on this host shows it works (``/dev/kvm`` on these machines
 is a nested PVM that fails on stock guest kernels), else TCG; the probe result is cached per
 QEMU/kernel/host-kernel version (``accel.json`` in the sandbox cache). Override with
-``K3STACK_SANDBOX_ACCEL=tcg|kvm``.
+``K3STACK_SANDBOX__ACCEL=tcg|kvm``.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
 )
 from services.sandbox.runtime.microvm.qmp import QMPClient, QMPError
+from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,8 @@ class MicroVMRuntime(Runtime):
         pool_size: int = 0,
     ) -> None:
         self.root = Path(root) if root else sandbox_cache_dir() / "vms"
-        self._accel = accel or os.environ.get("K3STACK_SANDBOX_ACCEL") or None
+        configured = get_settings().sandbox.accel
+        self._accel = accel or (None if configured == "auto" else configured)
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
         self._pagestores: dict[int, PageStore] = {}
@@ -641,8 +643,8 @@ def make_runtime(settings: Any = None) -> MicroVMRuntime:
     root = None
     if settings is not None and getattr(settings, "data_dir", None):
         root = Path(settings.data_dir) / "sandbox" / "microvm"
-    pool = int(os.environ.get("K3STACK_SANDBOX_WARM_POOL", "0"))
-    return MicroVMRuntime(root=root, pool_size=pool)
+    section = (settings or get_settings()).sandbox
+    return MicroVMRuntime(root=root, pool_size=section.warm_pool)
 
 
 __all__ = ["MicroVMRuntime", "make_runtime"]
