@@ -92,7 +92,7 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
-def _alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """Whether any non-zombie process is left in process group ``pgid``.
 
     Zombies count as gone: once ``up --detach`` has exited, nobody here can reap its children.
@@ -156,13 +156,13 @@ def _parse_ports(port: list[str], port_base: int | None) -> dict[str, int]:
 def _stop_children(children: list[Child], timeout_s: float = 10.0) -> list[Child]:
     """SIGTERM every process group, wait, SIGKILL what is left. Returns the survivors."""
     for child in children:
-        if _alive(child.pid):
+        if group_alive(child.pid):
             try:
                 os.killpg(child.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(_alive(c.pid) for c in children):
+    while time.monotonic() < deadline and any(group_alive(c.pid) for c in children):
         for child in children:  # reap our own children so they do not linger as zombies
             try:
                 os.waitpid(child.pid, os.WNOHANG)
@@ -170,20 +170,20 @@ def _stop_children(children: list[Child], timeout_s: float = 10.0) -> list[Child
                 pass
         time.sleep(0.1)
     for child in children:
-        if _alive(child.pid):
+        if group_alive(child.pid):
             try:
                 os.killpg(child.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + 5.0  # SIGKILL is not instant for a process in I/O
-    while time.monotonic() < deadline and any(_alive(c.pid) for c in children):
+    while time.monotonic() < deadline and any(group_alive(c.pid) for c in children):
         time.sleep(0.1)
     for child in children:
         try:
             os.waitpid(child.pid, os.WNOHANG)
         except ChildProcessError:
             pass
-    return [c for c in children if _alive(c.pid)]
+    return [c for c in children if group_alive(c.pid)]
 
 
 def _worker_ready(log: Path) -> bool:
@@ -241,7 +241,7 @@ def up(
     ddir = settings.data_dir
     state_file = _state_path(ddir)
     previous = RunState.load(state_file)
-    if previous and any(_alive(c.pid) for c in previous.children):
+    if previous and any(group_alive(c.pid) for c in previous.children):
         _fail(
             f"k3stack is already running from {ddir} (pids in {state_file}); "
             "run `k3stack down` first"
@@ -310,7 +310,7 @@ def up(
                 for child in children:
                     if child.name not in pending:
                         continue
-                    if not _alive(child.pid):
+                    if not group_alive(child.pid):
                         tail = Path(child.log).read_text(errors="replace")[-1500:]
                         abort(
                             f"{child.name} exited during start-up; last log lines "
@@ -356,7 +356,7 @@ def up(
     signal.signal(signal.SIGTERM, _on_signal)
     try:
         while not stop["flag"]:
-            dead = [c.name for c in children if not _alive(c.pid)]
+            dead = [c.name for c in children if not group_alive(c.pid)]
             if dead:
                 console.print(f"[yellow]stopped:[/] {', '.join(dead)}; shutting down the rest")
                 break
@@ -409,7 +409,7 @@ def status(
         raise typer.Exit(1)
     rows = []
     for child in state.children:
-        alive = _alive(child.pid)
+        alive = group_alive(child.pid)
         health = "-"
         if child.port is not None and alive:
             ok, health = _health(state.urls[child.name])

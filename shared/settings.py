@@ -134,6 +134,11 @@ class SandboxSettings(ServiceSettings):
     reaper_interval_s: float = Field(
         1.0, gt=0, description="How often timeouts, periodic snapshots and liveness are checked."
     )
+    on_shutdown: Literal["pause", "keep"] = Field(
+        "pause",
+        description="Running sandboxes when the service stops: pause (checkpoint + stop; "
+        "resume brings them back) or keep running for the next start to adopt.",
+    )
     accel: Literal["auto", "kvm", "tcg"] = Field(
         "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
     )

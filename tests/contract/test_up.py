@@ -16,6 +16,7 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
+from shared.cli import group_alive
 from tests.helpers.servers import free_port
 
 SERVICES = ("model", "sandbox", "tools", "verifier", "orchestrator")
@@ -100,13 +101,20 @@ def test_up_healthy_openapi_celery_down(stack_env):
     platform = httpx.get(f"http://127.0.0.1:{ports['orchestrator']}/platform").json()
     assert platform["healthy"] is True
 
+    # A running sandbox must not outlive the platform: `down` pauses it (no VM left behind).
+    sandbox = f"http://127.0.0.1:{ports['sandbox']}"
+    created = httpx.post(f"{sandbox}/sandboxes", json={"templateID": "busybox"}, timeout=120)
+    assert created.status_code == 201, created.text
+    sid = created.json()["sandboxID"]
+    ran = httpx.post(f"{sandbox}/sandboxes/{sid}/exec", json={"cmd": "echo up"}, timeout=60)
+    assert ran.json()["stdout"] == "up\n"
+
     pids = [r["pid"] for r in rows]
     down = k3stack("down", env=env)
     assert down.returncode == 0, down.stderr
     assert "stopped 10 processes" in down.stdout
     for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.killpg(pid, 0)
+        assert not group_alive(pid), f"process group {pid} survived `k3stack down`"
     assert _processes_mentioning(env["K3STACK_DATA_DIR"]) == []
     assert k3stack("status", env=env).returncode == 1
 

@@ -141,13 +141,25 @@ def test_restart_keeps_paused_sandbox_and_checkpoints(proc):
     assert len(c.get(f"/sandboxes/{sid}/checkpoints").json()) == 1
 
 
-def test_restart_adopts_running_sandbox(proc):
-    c = proc.client
+def test_restart_adopts_running_sandbox(service):
+    svc = service("process", on_shutdown="keep")
+    c = svc.client
     sid = create(c)
     sh(c, sid, "echo live > f")
-    c = proc.restart()
+    c = svc.restart()
     assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"
     assert sh(c, sid, "cat f")["stdout"] == "live\n"
+
+
+def test_shutdown_pauses_running_sandboxes_by_default(proc):
+    c = proc.client
+    sid = create(c)
+    sh(c, sid, "echo before-shutdown > f")
+    c = proc.restart()
+    detail = c.get(f"/sandboxes/{sid}").json()
+    assert detail["state"] == "paused"
+    assert c.post(f"/sandboxes/{sid}/resume").status_code == 201
+    assert sh(c, sid, "cat f")["stdout"] == "before-shutdown\n"
 
 
 def test_bad_input(proc):

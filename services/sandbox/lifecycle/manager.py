@@ -178,10 +178,18 @@ class SandboxManager:
             self._reaper.start()
 
     def close(self) -> None:
-        """Stop background work. Running sandboxes keep running; a new manager adopts them."""
+        """Stop background work, then apply ``on_shutdown`` to running sandboxes: ``pause``
+        checkpoints and stops them (no VM outlives the service; resume brings them back),
+        ``keep`` leaves them running for the next manager to adopt."""
         self._stop.set()
         if self._reaper is not None:
             self._reaper.join(timeout=10)
+        if self.settings.on_shutdown == "pause":
+            for sandbox_id in list(self._live):
+                try:
+                    self.pause(sandbox_id, reason="shutdown")
+                except Exception:  # noqa: BLE001 - one failure must not strand the others
+                    log.exception("pausing sandbox %s at shutdown", sandbox_id)
         self._builds.shutdown(wait=True, cancel_futures=False)
         for rt in self.runtimes.values():
             rt.close()
