@@ -28,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,51 +233,133 @@ def build_busybox_image(force: bool = False) -> Image:
     return Image(name="busybox", kernel=kernel, initrd=initrd)
 
 
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_PACKAGES = ("python3", "bash", "coreutils", "git", "curl", "ca-certificates", "procps")
+DEBIAN_DISK_MB = 2048
+DEBIAN_ROOT_CMDLINE = "k3s.root=/dev/vda"
+"""Kernel argument that makes the initramfs ``/init`` mount the disk and switch_root into it."""
+_DEBIAN_LAYOUT = b"debian-image-v1"
+"""Bump when the on-disk layout made below changes (gives a new cache folder)."""
 
 
-def build_debian_image(force: bool = False, size_mb: int = 2048) -> Image:
-    """Build (or reuse) the Debian image: debootstrap bookworm + packages -> ext4 -> qcow2 base.
+def debian_image_dir() -> Path:
+    """The cache folder of the Debian base disk (named after a hash of its inputs).
 
-    Minutes on first use (downloads ~150 MB from the Debian mirror); needs root, debootstrap,
-    mkfs.ext4 and qemu-img. The busybox initramfs boots it and mounts it at ``/``? No: it is
-    mounted at ``/data``... see ``guest/init.sh``; the microvm runtime passes ``k3s.root=vda``
-    so ``/init`` switches root into it before starting the agent.
-    """
+    The base disk holds no agent or init: those come from the busybox initramfs at boot (the
+    agent is copied into a tmpfs before switch_root), so a changed agent never rebuilds it."""
+    key = _digest(
+        _DEBIAN_LAYOUT,
+        DEBIAN_SUITE.encode(),
+        DEBIAN_MIRROR.encode(),
+        ",".join(DEBIAN_PACKAGES).encode(),
+        str(DEBIAN_DISK_MB).encode(),
+    )
+    return sandbox_cache_dir() / "images" / f"debian-{DEBIAN_SUITE}-{key}"
+
+
+def find_debian_image() -> Image | None:
+    """The Debian image if its base disk is already built (never builds)."""
+    disk = debian_image_dir() / "base.qcow2"
+    if not disk.is_file():
+        return None
     base = build_busybox_image()
-    folder = sandbox_cache_dir() / "images" / "debian-bookworm"
-    disk = folder / "rootfs.qcow2"
-    if disk.exists() and not force:
-        return Image(name="debian", kernel=base.kernel, initrd=base.initrd, disk=disk)
+    return Image(
+        name="debian",
+        kernel=base.kernel,
+        initrd=base.initrd,
+        disk=disk,
+        cmdline=DEBIAN_ROOT_CMDLINE,
+    )
+
+
+def build_debian_image(force: bool = False, progress=None) -> Image:
+    """Build (or reuse) the Debian image: debootstrap + packages -> ext4 -> read-only qcow2 base.
+
+    Each sandbox boots the shared base through its own qcow2 overlay (the runtime creates it),
+    with the busybox initramfs as first stage: ``/init`` sees ``k3s.root=/dev/vda``, mounts the
+    disk, copies busybox and the agent into a tmpfs at ``/run/k3s`` and switch_roots into
+    Debian. A few minutes on first use (downloads ~60 MB from the Debian mirror; needs root,
+    ``debootstrap``, ``mkfs.ext4`` and ``qemu-img``); cached afterwards (``scripts/setup_sandbox.sh``
+    builds it once per machine). A debootstrapped root left by an interrupted build is reused.
+    """
+    say = progress or (lambda msg: log.info("debian image: %s", msg))
+    if not force and (img := find_debian_image()) is not None:
+        return img
+    build_busybox_image()
     for tool in ("debootstrap", "mkfs.ext4", "qemu-img"):
         if not shutil.which(tool):
-            raise RuntimeUnavailable(f"{tool} not found: apt-get install debootstrap e2fsprogs")
+            raise RuntimeUnavailable(
+                f"{tool} not found (apt-get install debootstrap e2fsprogs qemu-utils): {SETUP_HINT}"
+            )
+    if os.geteuid() != 0:
+        raise RuntimeUnavailable(
+            f"building the Debian image needs root (debootstrap): {SETUP_HINT}"
+        )
+    folder = debian_image_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    root = folder / "root.tmp"
+    root, done = folder / "rootfs", folder / "rootfs.done"
+    t0 = time.monotonic()
+    if force or not done.exists():
+        shutil.rmtree(root, ignore_errors=True)
+        done.unlink(missing_ok=True)
+        say(f"debootstrap {DEBIAN_SUITE} with {', '.join(DEBIAN_PACKAGES)} (minutes)")
+        res = subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(DEBIAN_PACKAGES)}",
+                DEBIAN_SUITE,
+                str(root),
+                DEBIAN_MIRROR,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if res.returncode != 0:
+            raise RuntimeUnavailable(f"debootstrap failed: {(res.stdout + res.stderr)[-2000:]}")
+        done.write_text(f"{time.monotonic() - t0:.1f}\n")
+    _prepare_debian_root(root)
+    say("making the ext4 base disk")
+    raw = folder / "base.ext4.tmp"
+    tmp_disk = folder / "base.qcow2.tmp"
+    try:
+        subprocess.run(["truncate", "-s", f"{DEBIAN_DISK_MB}M", str(raw)], check=True)
+        subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-L", "k3s-root", "-d", str(root), str(raw)],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            ["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(tmp_disk)],
+            check=True,
+            capture_output=True,
+        )
+        tmp_disk.chmod(0o444)  # the shared base is never written; overlays take the writes
+        tmp_disk.rename(folder / "base.qcow2")
+    finally:
+        raw.unlink(missing_ok=True)
+        tmp_disk.unlink(missing_ok=True)
     shutil.rmtree(root, ignore_errors=True)
-    subprocess.run(
-        [
-            "debootstrap",
-            "--variant=minbase",
-            f"--include={','.join(DEBIAN_PACKAGES)}",
-            "bookworm",
-            str(root),
-            "http://deb.debian.org/debian",
-        ],
-        check=True,
-    )
-    agent = build_agent(root / "sbin" / "k3s-agent")
-    agent.chmod(0o755)
-    (root / "home" / "user").mkdir(parents=True, exist_ok=True)
-    raw = folder / "rootfs.ext4"
-    subprocess.run(["truncate", "-s", f"{size_mb}M", str(raw)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(root), str(raw)], check=True)
-    subprocess.run(
-        ["qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(disk)], check=True
-    )
-    raw.unlink()
-    shutil.rmtree(root, ignore_errors=True)
-    return Image(name="debian", kernel=base.kernel, initrd=base.initrd, disk=disk)
+    done.unlink(missing_ok=True)
+    say(f"built {folder / 'base.qcow2'} in {time.monotonic() - t0:.0f} s")
+    img = find_debian_image()
+    assert img is not None
+    return img
+
+
+def _prepare_debian_root(root: Path) -> None:
+    """What the guest needs beyond debootstrap: agent home, mount points, trimmed caches."""
+    for d in ("home/user", "run/k3s", "proc", "sys", "dev", "tmp"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    (root / "tmp").chmod(0o1777)
+    (root / "etc" / "hostname").write_text("sandbox\n")
+    (root / "etc" / "hosts").write_text("127.0.0.1 localhost sandbox\n")
+    (root / "etc" / "fstab").write_text("")
+    for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for p in (root / cache).glob("*"):
+            if p.is_file():
+                p.unlink()
 
 
 IMAGES = {"busybox": build_busybox_image, "debian": build_debian_image}

@@ -31,6 +31,7 @@ QEMU/kernel/host-kernel version (``accel.json`` in the sandbox cache). Override 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import mmap
@@ -52,7 +53,12 @@ from typing import Any
 import numpy as np
 
 from services.sandbox.guest.protocol import AgentClient
-from services.sandbox.images.builder import Image, get_image, sandbox_cache_dir
+from services.sandbox.images.builder import (
+    Image,
+    _static_busybox,
+    get_image,
+    sandbox_cache_dir,
+)
 from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore, file_page_hashes
 from services.sandbox.runtime.base import (
     CheckpointError,
@@ -122,6 +128,21 @@ class _Live:
     pages: np.ndarray
     last_map: tuple[str, PageMap] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    disk: _Disk | None = None
+
+
+@dataclass
+class _Disk:
+    """A sandbox's disk: the active qcow2 overlay and the sealed layers it sits on.
+
+    ``layers`` are content hashes (object store ``disks/<sha>``) from the base upwards; each
+    checkpoint seals the active overlay (QEMU switches writes to a fresh one on top) and
+    appends it. ``files`` are this sandbox's local qcow2 files, active one last."""
+
+    base: Path
+    active: Path
+    layers: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
 
 
 @dataclass
@@ -133,6 +154,7 @@ class _Vm:
     mem_path: Path
     qmp: QMPClient
     key: tuple
+    disk: Path | None = None
 
 
 class MicroVMRuntime(Runtime):
@@ -218,7 +240,7 @@ class MicroVMRuntime(Runtime):
     # ------------------------------------------------------------------ QEMU processes
 
     def _cmdline(self, image: Image, spec: SandboxSpec, accel: str, sock_dir: Path,
-                 mem_path: Path, incoming: bool) -> list[str]:  # fmt: skip
+                 mem_path: Path, incoming: bool, disk: Path | None = None) -> list[str]:  # fmt: skip
         mem = spec.memory_mb
         args = [
             QEMU,
@@ -239,21 +261,47 @@ class MicroVMRuntime(Runtime):
             "-device", "virtserialport,chardev=agent,name=k3s.agent",
             "-qmp", f"unix:{sock_dir / 'qmp.sock'},server=on,wait=off",
         ]  # fmt: skip
+        if disk is not None:
+            args += [
+                "-drive", f"file={disk},if=none,id=disk0,format=qcow2,cache=writeback",
+                "-device", "virtio-blk-device,drive=disk0",
+            ]  # fmt: skip
         if spec.network.mode == "allowlist":
-            fwds = []
-            for i, dest in enumerate(spec.network.allow):
-                host, port = dest.rsplit(":", 1)
-                host = host.strip("[]")
-                fwds.append(
-                    f",guestfwd=tcp:10.0.2.{100 + i}:{port}-cmd:"
-                    f"{shutil.which('nc') or 'nc'} {host} {port}"
-                )
-            args += ["-netdev", "user,id=net0,restrict=on" + "".join(fwds)]
+            args += ["-netdev", "user,id=net0,restrict=on" + "".join(self._guestfwds(spec))]
             args += ["-device", "virtio-net-device,netdev=net0"]
         if incoming:
             # xen-save-devices-state writes no configuration section; do not expect one
             args += ["-incoming", "defer", "-global", "migration.send-configuration=off"]
         return args
+
+    @staticmethod
+    def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
+        """Where the guest reaches each allowed destination: ``host:port`` -> ``10.0.2.N:port``.
+
+        The user-mode network runs with ``restrict=on`` (the guest can reach nothing on the
+        host or beyond), and each allowed destination gets a ``guestfwd``: a guest TCP
+        connection to ``10.0.2.(100+i):port`` is piped by QEMU to ``host:port`` on the host
+        side. Host names are also put in the guest's ``/etc/hosts``."""
+        out = {}
+        for i, dest in enumerate(spec.network.allow):
+            port = dest.rsplit(":", 1)[1]
+            out[dest] = f"10.0.2.{100 + i}:{port}"
+        return out
+
+    @staticmethod
+    def _guestfwds(spec: SandboxSpec) -> list[str]:
+        nc = shutil.which("nc")
+        connector = nc if nc else f"{_static_busybox()} nc"
+        fwds = []
+        for dest, guest in MicroVMRuntime.guest_addresses(spec).items():
+            host, port = dest.rsplit(":", 1)
+            host = host.strip("[]")
+            if any(c in host for c in ", ;|&$`'\"\\"):
+                raise ValueError(
+                    f"network allow entry {dest!r} has characters not allowed in a host"
+                )
+            fwds.append(f",guestfwd=tcp:{guest}-cmd:{connector} {host} {int(port)}")
+        return fwds
 
     @staticmethod
     def _kernel_cmdline(image: Image, accel: str) -> str:
@@ -264,13 +312,13 @@ class MicroVMRuntime(Runtime):
         return cmdline + (" " + image.cmdline if image.cmdline else "")
 
     def _launch(self, image: Image, spec: SandboxSpec, accel: str, incoming: bool,
-                boot_timeout: float = 10.0) -> _Vm:  # fmt: skip
+                boot_timeout: float = 10.0, disk: Path | None = None) -> _Vm:  # fmt: skip
         tag = uuid.uuid4().hex[:12]
         sock_dir = _short_dir(tag)
         mem_path = _shm_dir() / f"{tag}.mem"
         with open(mem_path, "wb") as fh:
             fh.truncate(spec.memory_mb << 20)
-        cmd = self._cmdline(image, spec, accel, sock_dir, mem_path, incoming)
+        cmd = self._cmdline(image, spec, accel, sock_dir, mem_path, incoming, disk)
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -287,7 +335,7 @@ class MicroVMRuntime(Runtime):
             mem_path.unlink(missing_ok=True)
             raise RuntimeUnavailable(f"QEMU did not start: {exc}: {err}") from exc
         key = (spec.memory_mb, spec.cpu, accel, spec.network.model_dump_json(), image.initrd)
-        return _Vm(proc=proc, sock_dir=sock_dir, mem_path=mem_path, qmp=qmp, key=key)
+        return _Vm(proc=proc, sock_dir=sock_dir, mem_path=mem_path, qmp=qmp, key=key, disk=disk)
 
     def _connect_agent(self, path: Path, timeout_s: float) -> AgentClient:
         deadline = time.monotonic() + timeout_s
@@ -324,7 +372,10 @@ class MicroVMRuntime(Runtime):
 
     # ------------------------------------------------------------------ warm pool
 
-    def _take_vm(self, image: Image, spec: SandboxSpec, accel: str) -> _Vm:
+    def _take_vm(self, image: Image, spec: SandboxSpec, accel: str,
+                 disk: Path | None = None) -> _Vm:  # fmt: skip
+        if disk is not None:  # a disk is per sandbox: a pooled QEMU cannot have it yet
+            return self._launch(image, spec, accel, incoming=True, disk=disk)
         key = (spec.memory_mb, spec.cpu, accel, spec.network.model_dump_json(), image.initrd)
         with self._pool_lock:
             for i, vm in enumerate(self._pool):
@@ -349,7 +400,9 @@ class MicroVMRuntime(Runtime):
     def prewarm(self, spec: SandboxSpec | None = None) -> None:
         """Fill the warm pool for ``spec`` now (QEMUs waiting with ``-incoming defer``)."""
         spec = spec or SandboxSpec()
-        self._refill(get_image(spec.image), spec, self.accel)
+        image = get_image(spec.image)
+        if image.disk is None:
+            self._refill(image, spec, self.accel)
 
     def close(self) -> None:
         with self._pool_lock:
@@ -381,6 +434,12 @@ class MicroVMRuntime(Runtime):
                 "mem_path": str(vm.mem_path),
                 "accel": accel,
                 "image_initrd": str(vm.key[4]),
+                **({"disk": str(vm.disk)} if vm.disk else {}),
+                **(
+                    {"network": self.guest_addresses(spec)}
+                    if spec.network.mode == "allowlist"
+                    else {}
+                ),
             },
         )
 
@@ -389,25 +448,31 @@ class MicroVMRuntime(Runtime):
         image = get_image(spec.image)
         accel = self.accel
         workdir.mkdir(parents=True, exist_ok=True)
-        vm = self._launch(image, spec, accel, incoming=False)
+        disk = self._new_overlay(workdir, image.disk) if image.disk else None
+        vm = self._launch(image, spec, accel, incoming=False, disk=disk.active if disk else None)
         try:
             agent = self._connect_agent(vm.sock_dir / "agent.sock", BOOT_TIMEOUT_S)
         except Exception:
             console = (vm.sock_dir / "console.log").read_text(errors="replace")[-1500:]
             self._kill_vm(vm.proc, vm.qmp, vm.mem_path)
+            if disk:
+                self._remove_disk(disk)
             raise GuestAgentError(f"guest did not boot; console tail:\n{console}") from None
         h = self._handle(sandbox_id, spec, workdir, vm, accel)
+        live = self._attach(vm, agent)
+        live.disk = disk
         with self._lock:
-            self._live[sandbox_id] = self._attach(vm, agent)
+            self._live[sandbox_id] = live
         if spec.network.mode == "allowlist":
             self._write_hosts(h)
         return h
 
     def _write_hosts(self, h: VMHandle) -> None:
         lines = ["127.0.0.1 localhost sandbox"]
-        for i, dest in enumerate(h.spec.network.allow):
+        for dest, guest in self.guest_addresses(h.spec).items():
             host = dest.rsplit(":", 1)[0].strip("[]")
-            lines.append(f"10.0.2.{100 + i} {host}")
+            if not host.replace(".", "").isdigit() and ":" not in host and host != "localhost":
+                lines.append(f"{guest.rsplit(':', 1)[0]} {host}")
         self.write_file(h, "/etc/hosts", ("\n".join(lines) + "\n").encode())
 
     def _live_of(self, h: VMHandle) -> _Live:
@@ -445,12 +510,96 @@ class MicroVMRuntime(Runtime):
                 os.kill(h.pid, signal.SIGKILL)
         if mem_path is not None:
             mem_path.unlink(missing_ok=True)
+        if live is not None and live.disk is not None:
+            self._remove_disk(live.disk)
+        elif h.data.get("disk"):  # a previous service process's sandbox
+            shutil.rmtree(Path(h.data["disk"]).parent, ignore_errors=True)
         if h.data.get("sock_dir"):
             shutil.rmtree(h.data["sock_dir"], ignore_errors=True)
 
     def destroy(self, h: VMHandle) -> None:
         self.stop(h)
         shutil.rmtree(h.workdir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ disks
+
+    @staticmethod
+    def _qemu_img(*args: str) -> None:
+        res = subprocess.run(["qemu-img", *args], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise CheckpointError(f"qemu-img {args[0]} failed: {res.stderr.strip()[-500:]}")
+
+    def _new_overlay(self, workdir: Path, backing: Path, layers: list[str] | None = None) -> _Disk:
+        """A private qcow2 overlay over ``backing`` in a fresh folder of ``workdir``."""
+        if not backing.is_file():
+            raise RuntimeUnavailable(f"disk image {backing} is missing: {SETUP_HINT}")
+        folder = workdir / f"disk-{uuid.uuid4().hex[:8]}"
+        folder.mkdir(parents=True)
+        active = folder / "overlay-0.qcow2"
+        self._qemu_img(
+            "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(backing), str(active)
+        )
+        return _Disk(base=backing, active=active, layers=list(layers or []), files=[active])
+
+    @staticmethod
+    def _remove_disk(disk: _Disk) -> None:
+        shutil.rmtree(disk.active.parent, ignore_errors=True)
+
+    def _seal_disk(self, live: _Live) -> Path:
+        """Switch the VM's writes to a new overlay on top of the active one (VM stopped: QEMU
+        has drained and flushed the disk, so the old overlay now holds exactly the disk as of
+        this instant, and is never written again). Returns the sealed file."""
+        disk = live.disk
+        assert disk is not None
+        sealed = disk.active
+        new = sealed.with_name(f"overlay-{len(disk.files)}.qcow2")
+        live.qmp.execute(
+            "blockdev-snapshot-sync", device="disk0", **{"snapshot-file": str(new)}, format="qcow2"
+        )
+        disk.active = new
+        disk.files.append(new)
+        return sealed
+
+    @staticmethod
+    def _store_layer(store, path: Path) -> tuple[str, int]:
+        """Store a sealed overlay content-addressed (``disks/<sha256>``); bytes newly stored."""
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+        sha = h.hexdigest()
+        key = f"disks/{sha}"
+        if store.exists(key):
+            return sha, 0
+        store.put_file(key, path)
+        return sha, path.stat().st_size
+
+    def _materialize_disk(self, disk_info: dict, store, workdir: Path) -> _Disk:
+        """A private overlay over a checkpoint's sealed layers (fetched once into a shared,
+        read-only local cache ``<root>/layers``, their backing links pointed at that cache)."""
+        base = Path(disk_info["base"])
+        if not base.is_file():
+            raise CheckpointError(f"base disk {base} of this checkpoint is missing: {SETUP_HINT}")
+        ldir = self.root / "layers"
+        ldir.mkdir(parents=True, exist_ok=True)
+        prev = base
+        for sha in disk_info.get("layers", []):
+            path = ldir / f"{sha}.qcow2"
+            if not path.exists():
+                tmp = ldir / f".{sha}.{uuid.uuid4().hex[:8]}.part"
+                try:
+                    store.get_file(f"disks/{sha}", tmp)
+                    self._qemu_img(
+                        "rebase", "-u", "-f", "qcow2", "-b", str(prev), "-F", "qcow2", str(tmp)
+                    )
+                    tmp.chmod(0o444)
+                    os.replace(tmp, path)
+                except KeyError as exc:
+                    raise CheckpointError(f"disk layer {sha} is not in the store") from exc
+                finally:
+                    tmp.unlink(missing_ok=True)
+            prev = path
+        return self._new_overlay(workdir, prev, disk_info.get("layers", []))
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -486,6 +635,7 @@ class MicroVMRuntime(Runtime):
             try:
                 t2 = time.perf_counter()
                 live.qmp.execute("xen-save-devices-state", filename=str(state_path), live=False)
+                sealed = self._seal_disk(live) if live.disk is not None else None
                 t3 = time.perf_counter()
                 hashes = file_page_hashes(live.mem_fd, live.pages)
                 t4 = time.perf_counter()
@@ -499,6 +649,13 @@ class MicroVMRuntime(Runtime):
         state = state_path.read_bytes()
         state_path.unlink(missing_ok=True)
         store.put(f"{prefix}/devstate", state)
+        disk_info, disk_bytes = None, 0
+        if sealed is not None and live.disk is not None:
+            sha, disk_bytes = self._store_layer(store, sealed)
+            live.disk.layers.append(sha)
+            disk_info = {"base": str(live.disk.base), "layers": list(live.disk.layers)}
+            stats["disk_ms"] = (time.perf_counter() - t5) * 1000
+            h.data["disk"] = str(live.disk.active)
         t6 = time.perf_counter()
         live.last_map = (ck_id, new_map)
         stats.update(
@@ -522,10 +679,14 @@ class MicroVMRuntime(Runtime):
             nonzero_pages=ls.nonzero_pages,
             changed_pages=ls.changed_pages,
             new_pages=ls.new_pages,
-            stored_bytes=ls.stored_bytes + len(state),
+            stored_bytes=ls.stored_bytes + len(state) + disk_bytes,
             device_state_key=f"{prefix}/devstate",
             page_map_key=f"{prefix}/pagemap",
-            runtime_data={"accel": h.data["accel"], "image_initrd": h.data.get("image_initrd")},
+            runtime_data={
+                "accel": h.data["accel"],
+                "image_initrd": h.data.get("image_initrd"),
+                **({"disk": disk_info} if disk_info else {}),
+            },
             stats=stats,
         )
 
@@ -550,8 +711,16 @@ class MicroVMRuntime(Runtime):
         image = get_image(ck.spec.image)
         accel = ck.runtime_data.get("accel", self.accel)
         workdir.mkdir(parents=True, exist_ok=True)
+        disk = None
+        if ck.runtime_data.get("disk"):
+            disk = self._materialize_disk(ck.runtime_data["disk"], store, workdir)
         t1 = time.perf_counter()
-        vm = self._take_vm(image, ck.spec, accel)
+        try:
+            vm = self._take_vm(image, ck.spec, accel, disk.active if disk else None)
+        except Exception:
+            if disk:
+                self._remove_disk(disk)
+            raise
         t2 = time.perf_counter()
         try:
             fd = os.open(vm.mem_path, os.O_RDWR)
@@ -571,6 +740,8 @@ class MicroVMRuntime(Runtime):
             t5 = time.perf_counter()
         except Exception as exc:
             self._kill_vm(vm.proc, vm.qmp, vm.mem_path)
+            if disk:
+                self._remove_disk(disk)
             err = (vm.sock_dir / "qemu.err").read_text(errors="replace").strip()[-1000:]
             shutil.rmtree(vm.sock_dir, ignore_errors=True)
             raise CheckpointError(
@@ -579,6 +750,7 @@ class MicroVMRuntime(Runtime):
         state_path.unlink(missing_ok=True)
         live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
         live.last_map = (ck.id, page_map)
+        live.disk = disk
         h = self._handle(sandbox_id, ck.spec, workdir, vm, accel, restored_from=ck.id)
         h.data["restore_stats"] = {
             "load_ms": (t1 - t0) * 1000,
