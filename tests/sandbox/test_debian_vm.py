@@ -127,3 +127,26 @@ def test_overlays_are_private_and_checkpoint_captures_disk(runtime, deb, store, 
         runtime.destroy(hb)
     assert base.stat().st_mtime == base_mtime  # the shared base is never written
     assert not Path(ha.data["disk"]).exists()
+
+
+def test_debian_template_through_the_api(service, runtime):  # type: ignore[no-untyped-def]
+    c = service("microvm").client
+    r = c.post("/sandboxes", json={"templateID": "debian", "timeout": 0, "memoryMB": 256,
+                                   "runtime": "microvm"})  # fmt: skip
+    assert r.status_code == 201, r.text
+    sid = r.json()["sandboxID"]
+
+    def run(cmd: str) -> dict:
+        r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": cmd})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert run('python3 -c "print(1+1)"')["stdout"] == "2\n"
+    assert run("echo kept > /home/user/f && git init -q /home/user/repo")["exit_code"] == 0
+    assert c.post(f"/sandboxes/{sid}/pause").status_code in (200, 204)
+    r = c.post(f"/sandboxes/{sid}/resume", json={"timeout": 0})
+    assert r.status_code in (200, 201), r.text
+    assert (
+        run("cat /home/user/f; git -C /home/user/repo status --short | wc -l")["stdout"]
+        == "kept\n0\n"
+    )
