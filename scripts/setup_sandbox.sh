@@ -9,16 +9,20 @@
 #    runtime finds it (services/sandbox/images/cache.py: kernel_dir()).
 #
 # Cache dir: $K3STACK_SANDBOX__CACHE_DIR, else /var/cache/k3stack as root, else ~/.cache/k3stack.
-# Images (initramfs, Debian rootfs) are built on demand by the image builder:
-#   python -m services.sandbox.images build busybox
+#  * the Debian image (python3, bash, coreutils, git, curl): debootstrap into a read-only qcow2
+#    base under $CACHE/images/debian-*, built once per machine (about a minute) by the service's
+#    image builder: python -m services.sandbox.images build debian (needs the project's venv,
+#    made first with `make venv` when missing). K3STACK_SANDBOX_SKIP_DEBIAN=1 skips it.
+# The busybox initramfs is built on demand by the image builder (about a second).
 set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 if [[ -n "${K3STACK_SANDBOX__CACHE_DIR:-}" ]]; then CACHE="$K3STACK_SANDBOX__CACHE_DIR"
 elif [[ $(id -u) -eq 0 ]]; then CACHE=/var/cache/k3stack
 else CACHE="$HOME/.cache/k3stack"; fi
 SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
 
-PKGS=(qemu-system-x86 qemu-utils busybox-static cpio bubblewrap gcc libc6-dev xz-utils)
+PKGS=(qemu-system-x86 qemu-utils busybox-static cpio bubblewrap gcc libc6-dev xz-utils debootstrap e2fsprogs)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,9 +36,19 @@ else
   echo "setup_sandbox: packages present (${PKGS[*]})"
 fi
 
+build_debian() {
+  if [[ "${K3STACK_SANDBOX_SKIP_DEBIAN:-}" == 1 ]]; then echo "setup_sandbox: Debian image skipped"; return; fi
+  if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
+    echo "setup_sandbox: creating the venv first (the image builder runs in it)"
+    make -C "$ROOT" --no-print-directory venv
+  fi
+  (cd "$ROOT" && $SUDO env K3STACK_SANDBOX__CACHE_DIR="$CACHE" .venv/bin/python -m services.sandbox.images build debian)
+}
+
 KDIR="$CACHE/kernel"
 if [[ -f "$KDIR/vmlinuz" && -d "$KDIR/modules" ]]; then
   echo "setup_sandbox: kernel present: $(cat "$KDIR/version" 2>/dev/null) in $KDIR"
+  build_debian
   exit 0
 fi
 mkdir -p "$CACHE"
@@ -69,3 +83,4 @@ echo "$ver" > "$tmp/out/version"
 rm -rf "$KDIR"
 mv "$tmp/out" "$KDIR"
 echo "setup_sandbox: kernel $ver in $KDIR"
+build_debian
