@@ -7,6 +7,16 @@ How a sandbox is laid out on the host:
   guest memory without copying it out of QEMU, and pages the guest never touched stay holes.
 * **Files** live in the guest's initramfs root (a tmpfs, i.e. guest RAM), so a memory
   checkpoint captures files and processes together (busybox image: no disk).
+* **Disks** (Debian image): a read-only qcow2 base shared by every sandbox of the image, and a
+  private qcow2 overlay per sandbox in its workdir. A checkpoint, with the vCPUs stopped (QEMU
+  has drained and flushed the disk), seals the overlay with QMP ``blockdev-snapshot-sync`` (the
+  guest writes on into a fresh overlay on top) and stores the sealed one content-addressed
+  (``disks/<sha256>``): each checkpoint stores only the disk blocks written since its parent,
+  consistent with the memory captured at the same instant. Restore/fork fetch the layers once
+  into a shared read-only cache (``<root>/layers``) and give each new sandbox its own overlay.
+* **Network**: none by default. ``allowlist``: ``-netdev user,restrict=on`` (the guest reaches
+  nothing through it) plus one ``guestfwd`` per allowed ``host:port``, reachable in the guest at
+  ``10.0.2.(100+i):port`` (and by name through ``/etc/hosts``); see :meth:`guest_addresses`.
 * **Device state** (CPU registers, virtio queues, timers) is saved with QMP
   ``xen-save-devices-state`` (device sections only, no RAM: ~1 ms) and loaded with
   ``xen-load-devices-state`` into a QEMU started with ``-incoming defer`` (so that QEMU does not
@@ -542,6 +552,12 @@ class MicroVMRuntime(Runtime):
         return _Disk(base=backing, active=active, layers=list(layers or []), files=[active])
 
     @staticmethod
+    def _file_id(path: Path) -> str:
+        """Identity of a read-only base image (size and mtime: a rebuild changes it)."""
+        st = path.stat()
+        return f"{st.st_size}:{st.st_mtime_ns}"
+
+    @staticmethod
     def _remove_disk(disk: _Disk) -> None:
         shutil.rmtree(disk.active.parent, ignore_errors=True)
 
@@ -580,6 +596,10 @@ class MicroVMRuntime(Runtime):
         base = Path(disk_info["base"])
         if not base.is_file():
             raise CheckpointError(f"base disk {base} of this checkpoint is missing: {SETUP_HINT}")
+        if disk_info.get("base_id") and disk_info["base_id"] != self._file_id(base):
+            raise CheckpointError(
+                f"base disk {base} was rebuilt since this checkpoint; its disk layers no longer apply"
+            )
         ldir = self.root / "layers"
         ldir.mkdir(parents=True, exist_ok=True)
         prev = base
@@ -653,7 +673,11 @@ class MicroVMRuntime(Runtime):
         if sealed is not None and live.disk is not None:
             sha, disk_bytes = self._store_layer(store, sealed)
             live.disk.layers.append(sha)
-            disk_info = {"base": str(live.disk.base), "layers": list(live.disk.layers)}
+            disk_info = {
+                "base": str(live.disk.base),
+                "base_id": self._file_id(live.disk.base),
+                "layers": list(live.disk.layers),
+            }
             stats["disk_ms"] = (time.perf_counter() - t5) * 1000
             h.data["disk"] = str(live.disk.active)
         t6 = time.perf_counter()
