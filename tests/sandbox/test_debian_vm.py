@@ -150,3 +150,18 @@ def test_debian_template_through_the_api(service, runtime):  # type: ignore[no-u
         run("cat /home/user/f; git -C /home/user/repo status --short | wc -l")["stdout"]
         == "kept\n0\n"
     )
+    # fork: each child boots its own overlay over the parent's sealed disk layers
+    r = c.post(f"/sandboxes/{sid}/fork", json={"count": 2})
+    assert r.status_code == 201, r.text
+    assert all(x["error"] is None for x in r.json()), r.json()
+    kids = [x["sandbox"]["sandboxID"] for x in r.json()]
+    for i, k in enumerate(kids):
+        cmd = f"cat /home/user/f; echo {i} > /home/user/f; sync"
+        r = c.post(f"/sandboxes/{k}/exec", json={"cmd": cmd})
+        assert r.json()["stdout"] == "kept\n", r.text
+    cat = {"cmd": "cat /home/user/f"}
+    assert [c.post(f"/sandboxes/{k}/exec", json=cat).json()["stdout"] for k in kids] == [
+        "0\n",
+        "1\n",
+    ]
+    assert run("cat /home/user/f")["stdout"] == "kept\n"
