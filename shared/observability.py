@@ -49,7 +49,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("uvicorn.access", "httpx", "httpcore"):
+    for noisy in ("uvicorn.access", "httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
