@@ -2,6 +2,7 @@
 # Install the Debian packages k3stack's tests and demo need (idempotent; root on Debian 12).
 # Each area may add its own scripts/setup_<area>.sh, which this script runs after its own.
 set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
 cd "$(dirname "$0")/.."
 
 need=()
