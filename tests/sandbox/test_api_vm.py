@@ -50,7 +50,11 @@ def _gone(pid: int | None) -> bool:
         return True
 
 
-COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"
+# Written to a temp file and renamed, so a reader never sees the file empty mid-write.
+COUNTER = (
+    "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.tmp; "
+    "mv /tmp/count.tmp /tmp/count; sleep 0.05; done"
+)
 
 
 def test_pause_resume_keeps_files_and_processes(vm):  # type: ignore[no-untyped-def]

@@ -21,7 +21,11 @@ from shared.objectstore import LocalObjectStore
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
-COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"
+# Written to a temp file and renamed, so a reader never sees the file empty mid-write.
+COUNTER = (
+    "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.tmp; "
+    "mv /tmp/count.tmp /tmp/count; sleep 0.05; done"
+)
 
 
 @pytest.fixture(scope="module")
