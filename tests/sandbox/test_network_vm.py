@@ -73,8 +73,11 @@ def test_allowlist_reaches_only_listed_loopback_server(vm, http_servers):  # typ
     allowed, other = http_servers
     sid = _create(c, network={"mode": "allowlist", "allow": [f"127.0.0.1:{allowed}"]})
     assert c.get(f"/sandboxes/{sid}").json()["network"]["allow"] == [f"127.0.0.1:{allowed}"]
-    # the first allowed destination is forwarded from 10.0.2.100 in the guest
-    out = _wget(c, sid, f"http://10.0.2.100:{allowed}/")
+    # the first allowed destination is forwarded from 10.0.2.100 in the guest, and the API
+    # says so, so callers need not know the runtime's numbering
+    mapping = c.get(f"/sandboxes/{sid}").json()["guest_addresses"]
+    assert mapping == {f"127.0.0.1:{allowed}": f"10.0.2.100:{allowed}"}
+    out = _wget(c, sid, f"http://{mapping[f'127.0.0.1:{allowed}']}/")
     assert out["exit_code"] == 0 and out["stdout"] == f"hello from {allowed}\n", out
     # not on the list: the other server through the host gateway, the allowed port through
     # the gateway (not through its forward), an unmapped forward slot

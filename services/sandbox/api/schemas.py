@@ -95,6 +95,11 @@ class SandboxDetail(Sandbox):
     diskSizeMB: int = 0
     metadata: dict[str, str]
     network: NetworkPolicy
+    guest_addresses: dict[str, str] = Field(
+        default_factory=dict,
+        description="Allowlist networking: where the guest reaches each allowed destination "
+        "(`host:port` -> `address:port` inside the guest).",
+    )
     lifecycle: Lifecycle
     timeout_s: int = Field(description="Idle timeout in seconds (0 = none).")
     memory_checkpoint: bool = Field(

@@ -63,6 +63,7 @@ from services.sandbox.runtime.base import (
     GuestFileError,
     GuestFileNotFound,
     GuestPathError,
+    NetworkPolicy,
     Runtime,
     RuntimeUnavailable,
     SandboxNotRunning,
@@ -283,6 +284,7 @@ class SandboxManager:
             memoryMB=row.memory_mb,
             metadata=row.metadata_ or {},
             network=row.network or {},  # type: ignore[arg-type]
+            guest_addresses=self._guest_addresses(rt, row.network),
             lifecycle=Lifecycle(onTimeout=row.on_timeout),  # type: ignore[arg-type]
             timeout_s=row.timeout_s,
             memory_checkpoint=bool(rt and rt.capabilities.memory_checkpoint),
@@ -290,6 +292,15 @@ class SandboxManager:
             forked_from=row.forked_from,
             error=row.error,
         )
+
+    @staticmethod
+    def _guest_addresses(rt: Runtime | None, network: dict | None) -> dict[str, str]:
+        """The runtime's guest-side address of each allowed destination (a pure function of
+        the allowlist, so it is the same after pause, resume and fork)."""
+        mapping = getattr(rt, "guest_addresses", None)
+        if mapping is None or not network or network.get("mode") != "allowlist":
+            return {}
+        return mapping(SandboxSpec(network=NetworkPolicy.model_validate(network)))
 
     @staticmethod
     def _summary(row: SandboxRow) -> Sandbox:
