@@ -12,7 +12,7 @@
 #  * the Debian image (python3, bash, coreutils, git, curl): debootstrap into a read-only qcow2
 #    base under $CACHE/images/debian-*, built once per machine (about a minute) by the service's
 #    image builder: python -m services.sandbox.images build debian (needs the project's venv,
-#    made first with `make venv` when missing). K3STACK_SANDBOX_SKIP_DEBIAN=1 skips it.
+#    made first with `make venv` when missing). SKIP_DEBIAN_IMAGE=1 skips it.
 # The busybox initramfs is built on demand by the image builder (about a second).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,7 +37,7 @@ else
 fi
 
 build_debian() {
-  if [[ "${K3STACK_SANDBOX_SKIP_DEBIAN:-}" == 1 ]]; then echo "setup_sandbox: Debian image skipped"; return; fi
+  if [[ "${SKIP_DEBIAN_IMAGE:-}" == 1 ]]; then echo "setup_sandbox: Debian image skipped"; return; fi
   if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
     echo "setup_sandbox: creating the venv first (the image builder runs in it)"
     make -C "$ROOT" --no-print-directory venv
