@@ -17,9 +17,11 @@ Content key = XXH3-128 of the page, seeded with a per-store random secret kept a
 ``<prefix>secret`` (so keys are not predictable by a guest that does not know the secret).
 It is not a cryptographic MAC: a tenant able to read the secret could forge collisions.
 
-Packs are immutable and never deleted here (garbage collection over live page maps is left to
-the service). The in-memory key index is filled from ``packs/*.keys`` on first use; a second
-process writing the same store only costs missed dedup, never wrong data.
+Packs are immutable and never deleted here: the service's garbage collection deletes packs no
+reachable page map names (serialised with its own checkpoints), then calls
+:meth:`PageStore.forget_packs`. The in-memory key index is filled from ``packs/*.keys`` on first
+use; a second process writing the same store only costs missed dedup, never wrong data (as
+long as it does not checkpoint while another process collects garbage in the same store).
 """
 
 from __future__ import annotations
@@ -146,6 +148,14 @@ class PageStore:
                     index.setdefault(keys[16 * i : 16 * i + 16], (pack, i))
             self._index = index
         return self._index
+
+    def forget_packs(self, packs: set[str]) -> None:
+        """Packs were deleted (garbage collection): never dedup against them again."""
+        with self._lock:
+            if self._index is not None:
+                self._index = {k: v for k, v in self._index.items() if v[0] not in packs}
+            for pack in packs:
+                self._packs.pop(pack, None)
 
     def content_key(self, page) -> bytes:
         return xxhash.xxh3_128_digest(page, seed=self._secret_seed())

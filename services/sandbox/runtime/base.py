@@ -440,5 +440,28 @@ class Runtime(ABC):
             raise GuestFileError(f"mkdir {p}: {res.stderr.strip()}", path=p)
         return self.stat(h, p)
 
+    # -- garbage collection (the manager's mark and sweep, see ``SandboxManager.collect_garbage``)
+
+    object_prefixes: tuple[str, ...] = ()
+    """Object store prefixes this runtime writes checkpoint bodies under; the GC deletes
+    objects there that no reachable manifest references."""
+
+    def referenced_keys(self, m: CheckpointManifest, store: Any) -> set[str]:
+        """Every object key a restore of ``m`` (or a checkpoint over it) reads.
+
+        Raises ``KeyError`` when an object it must read to know is gone."""
+        keys = {k for k in (m.device_state_key, m.page_map_key) if k}
+        keys.update(m.disk_keys.values())
+        return keys
+
+    def forget_objects(self, keys: set[str]) -> None:  # noqa: B027 - optional hook
+        """The GC deleted ``keys``: drop in-memory indexes that could still point at them
+        (dedup must never reuse a deleted object)."""
+
+    def collect_local(self, referenced: set[str], grace_s: float) -> tuple[int, int]:
+        """Remove local caches of store objects not in ``referenced`` and older than
+        ``grace_s``; returns (files, bytes) removed."""
+        return 0, 0
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release host resources of the runtime object (pools, threads). Sandboxes stay."""

@@ -394,6 +394,16 @@ class FirecrackerRuntime(Runtime):
             stats={"downtime_ms": downtime * 1000, "total_ms": (time.perf_counter() - started) * 1000},
         )  # fmt: skip
 
+    object_prefixes = (PAGE_PREFIX, CHUNK_PREFIX, MAP_PREFIX, STATE_PREFIX)
+
+    def referenced_keys(self, m: CheckpointManifest, store: ObjectStore) -> set[str]:
+        keys = super().referenced_keys(m, store)
+        keys.update(self._load_map(store, m.page_map_key).values())
+        disk_key = m.disk_keys.get("rootfs")
+        if disk_key:
+            keys.update(json.loads(zlib.decompress(store.get(disk_key)))["chunks"].values())
+        return keys
+
     @staticmethod
     def _load_map(store: ObjectStore, key: str | None) -> dict[str, str]:
         if not key:

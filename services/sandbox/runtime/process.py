@@ -668,6 +668,16 @@ class ProcessRuntime(Runtime):
         os.replace(tmp, cache_path)
         return manifest
 
+    object_prefixes = (BLOB_PREFIX, TREE_PREFIX)
+
+    def referenced_keys(self, m: CheckpointManifest, store: ObjectStore) -> set[str]:
+        keys = super().referenced_keys(m, store)
+        tree_key = m.disk_keys.get("fs")
+        if tree_key:
+            for entries in json.loads(store.get(tree_key))["overlays"].values():
+                keys.update(e["k"] for e in entries if e.get("k"))
+        return keys
+
     @staticmethod
     def _store_blob(path: Path, store: ObjectStore, stats: dict[str, int]) -> str:
         digest = hashlib.sha256()

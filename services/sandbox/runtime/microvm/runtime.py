@@ -630,6 +630,53 @@ class MicroVMRuntime(Runtime):
                 ps = self._pagestores[id(store)] = PageStore(store)
             return ps
 
+    # ------------------------------------------------------------------ garbage collection
+
+    object_prefixes = ("checkpoints/", "pagestore/packs/", "disks/")
+
+    def referenced_keys(self, m: CheckpointManifest, store) -> set[str]:
+        keys = super().referenced_keys(m, store)
+        if m.page_map_key:
+            ps = self._pagestore(store)
+            for pack in ps.load_map(m.page_map_key).packs:
+                keys.add(f"{ps.prefix}packs/{pack}.pages")
+                keys.add(f"{ps.prefix}packs/{pack}.keys")
+        for sha in (m.runtime_data.get("disk") or {}).get("layers", []):
+            keys.add(f"disks/{sha}")
+        return keys
+
+    def forget_objects(self, keys: set[str]) -> None:
+        with self._lock:
+            stores = list(self._pagestores.values())
+        for ps in stores:
+            pfx = f"{ps.prefix}packs/"
+            packs = {k[len(pfx) :].rsplit(".", 1)[0] for k in keys if k.startswith(pfx)}
+            if packs:
+                ps.forget_packs(packs)
+
+    def collect_local(self, referenced: set[str], grace_s: float) -> tuple[int, int]:
+        """Drop cached disk layers (``<root>/layers/<sha>.qcow2``) no reachable checkpoint
+        names. A running VM that still has one open keeps reading it (the inode lives on)."""
+        ldir = self.root / "layers"
+        if not ldir.is_dir():
+            return 0, 0
+        files = freed = 0
+        cutoff = time.time() - grace_s
+        for path in ldir.glob("*.qcow2"):
+            sha = path.name[: -len(".qcow2")]
+            if f"disks/{sha}" in referenced:
+                continue
+            try:
+                st = path.stat()
+                if st.st_mtime > cutoff:
+                    continue
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            files += 1
+            freed += st.st_size
+        return files, freed
+
     def checkpoint(self, h: VMHandle, parent: CheckpointManifest | None, store) -> CheckpointManifest:  # fmt: skip
         live = self._live_of(h)
         ps = self._pagestore(store)
