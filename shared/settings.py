@@ -134,6 +134,18 @@ class SandboxSettings(ServiceSettings):
     reaper_interval_s: float = Field(
         1.0, gt=0, description="How often timeouts, periodic snapshots and liveness are checked."
     )
+    gc_interval_s: int = Field(
+        600,
+        ge=0,
+        description="How often the reaper collects garbage: checkpoints and stored objects no "
+        "live sandbox needs (0 = off; POST /gc runs it on demand).",
+    )
+    gc_grace_s: int = Field(
+        600,
+        ge=0,
+        description="Garbage collection keeps unreferenced objects younger than this "
+        "(protects checkpoints being written).",
+    )
     on_shutdown: Literal["pause", "keep"] = Field(
         "pause",
         description="Running sandboxes when the service stops: pause (checkpoint + stop; "
