@@ -20,7 +20,8 @@ Base = service_base()
 
 
 class SandboxRow(Base):
-    """One sandbox, whatever its state. Killed sandboxes keep their row (and checkpoints)."""
+    """One sandbox, whatever its state. Killed sandboxes keep their row; their checkpoints go at
+    the next garbage collection unless a live sandbox's chain (a fork child's) still needs them."""
 
     __tablename__ = "sandbox_sandboxes"
 

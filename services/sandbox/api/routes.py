@@ -23,6 +23,7 @@ from services.sandbox.api.schemas import (
     ExecBody,
     ExecOutput,
     ExecStreamEvent,
+    GCReport,
     NewCheckpoint,
     NewSandbox,
     NewTemplate,
@@ -230,6 +231,18 @@ def get_checkpoint(checkpointID: str, m: Manager) -> Checkpoint:  # noqa: N803
     return m.get_checkpoint(checkpointID)
 
 
+@router.delete("/checkpoints/{checkpointID}", status_code=204, operation_id="deleteCheckpoint",
+               tags=["checkpoints"],
+               responses={404: {**_E, "description": "No such checkpoint"},
+                          409: {**_E, "description": "A sandbox or another checkpoint needs it"}})  # fmt: skip
+def delete_checkpoint(checkpointID: str, m: Manager) -> Response:  # noqa: N803
+    """Delete a checkpoint nothing depends on: not the head or fork source of a sandbox that
+    is not killed, not the parent of another checkpoint. Its stored objects go at the next
+    garbage collection."""
+    m.delete_checkpoint(checkpointID)
+    return Response(status_code=204)
+
+
 @router.get("/checkpoints/{checkpointID}/lineage", response_model=list[Checkpoint],
             operation_id="getCheckpointLineage", tags=["checkpoints"], responses=ERRORS_404)  # fmt: skip
 def checkpoint_lineage(checkpointID: str, m: Manager) -> list[Checkpoint]:  # noqa: N803
@@ -405,3 +418,21 @@ def delete_template(templateID: str, m: Manager) -> Response:  # noqa: N803
     """Delete a built template (409 for built-ins and templates sandboxes still use)."""
     m.delete_template(templateID)
     return Response(status_code=204)
+
+
+# ------------------------------------------------------------------ admin
+
+
+@router.post("/gc", response_model=GCReport, operation_id="collectGarbage", tags=["admin"])
+def collect_garbage(
+    m: Manager,
+    grace_s: Annotated[
+        float | None,
+        Query(
+            ge=0, description="Keep unreferenced objects younger than this (default gc_grace_s)."
+        ),
+    ] = None,
+) -> GCReport:
+    """Admin: collect garbage now (the reaper also runs it every ``gc_interval_s``): delete
+    checkpoints only killed sandboxes had and every stored object no live checkpoint references."""
+    return m.collect_garbage(grace_s)

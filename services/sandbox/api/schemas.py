@@ -178,6 +178,24 @@ class Checkpoint(BaseModel):
     )
 
 
+class GCReport(BaseModel):
+    """What one garbage collection (mark and sweep of checkpoints and stored objects) did."""
+
+    checkpoints_reachable: int = Field(description="Checkpoints some live sandbox still needs.")
+    checkpoints_deleted: int = Field(description="Checkpoint rows only killed sandboxes had.")
+    objects_scanned: int = Field(description="Objects listed under the runtimes' prefixes.")
+    objects_deleted: int
+    bytes_freed: int
+    objects_in_grace: int = Field(description="Unreferenced objects kept: younger than the grace.")
+    local_files_deleted: int = Field(description="Cached disk layers and killed workdirs removed.")
+    local_bytes_freed: int
+    missing_objects: list[str] = Field(
+        default_factory=list,
+        description="Objects reachable checkpoints reference that are not in the store (first 20).",
+    )
+    duration_ms: float
+
+
 class RestoreRequest(BaseModel):
     checkpoint_id: str = Field(validation_alias=AliasChoices("checkpoint_id", "checkpointID"))
 

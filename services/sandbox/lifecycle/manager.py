@@ -17,16 +17,22 @@ Invariants (checked by :meth:`SandboxManager.check_invariants`):
 Pause = checkpoint + stop; resume = restore of the head checkpoint into the same workdir (the
 runtime may reuse what is still there); fork = checkpoint in place (the source keeps running)
 then N restores into new sandboxes, each reported on its own.
+
+Garbage: nothing is deleted when a sandbox is killed; :meth:`SandboxManager.collect_garbage`
+(the reaper every ``gc_interval_s``, or ``POST /gc``) marks what the checkpoints of sandboxes
+that are not killed still reach, and sweeps the rest of the checkpoint rows and stored objects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +40,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from services.sandbox.api.schemas import (
     Checkpoint,
@@ -42,6 +48,7 @@ from services.sandbox.api.schemas import (
     ExecBody,
     ExecOutput,
     ExecStreamEvent,
+    GCReport,
     Lifecycle,
     NewSandbox,
     NewTemplate,
@@ -121,6 +128,46 @@ def runtime_errors(sandbox_id: str = "") -> Iterator[None]:
         raise APIError(500, "runtime_error", f"{exc}{where}") from exc
 
 
+class _Gate:
+    """Readers-writer gate: checkpoints and restores share it, garbage collection holds it
+    alone (a checkpoint deduplicating against an object the sweep is deleting would name a
+    deleted object). Writers go first once waiting, so a busy service cannot starve the GC."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
 @dataclass
 class Live:
     """A running sandbox as the manager holds it."""
@@ -164,6 +211,10 @@ class SandboxManager:
         self._builds = ThreadPoolExecutor(2, thread_name_prefix="k3stack-template")
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._gate = _Gate()
+        self._holds: Counter[str] = Counter()
+        self._holds_lock = threading.Lock()
+        self._last_gc = time.monotonic()
 
     # ------------------------------------------------------------------ start / stop
 
@@ -650,6 +701,12 @@ class SandboxManager:
     ) -> CheckpointRow:
         """Checkpoint a running sandbox (caller holds its lock); it keeps running."""
         live = self._require_running(sandbox_id)
+        with self._gate.shared():
+            return self._take_checkpoint_gated(sandbox_id, live, kind, name)
+
+    def _take_checkpoint_gated(
+        self, sandbox_id: str, live: Live, kind: str, name: str | None
+    ) -> CheckpointRow:
         with self.db.session() as s:
             head = self._row(s, sandbox_id).head_checkpoint_id
         parent = self._manifest(head) if head else None
@@ -757,9 +814,10 @@ class SandboxManager:
             rt = self.runtimes.get(runtime_name)
             if rt is None:
                 raise APIError(503, "runtime_unavailable", f"runtime {runtime_name!r} is gone")
-            chain = self._chain(head)
-            with runtime_errors(sandbox_id):
-                handle = rt.restore(sandbox_id, chain, self.store, self.workdir(sandbox_id))
+            with self._holding([head]), self._gate.shared():
+                chain = self._chain(head)
+                with runtime_errors(sandbox_id):
+                    handle = rt.restore(sandbox_id, chain, self.store, self.workdir(sandbox_id))
             with self.db.session() as s:
                 s.get(SandboxRow, sandbox_id).error = None  # type: ignore[union-attr]
             return self._went_running(sandbox_id, handle, rt, timeout)
@@ -819,7 +877,7 @@ class SandboxManager:
 
     def restore(self, sandbox_id: str, checkpoint_id: str) -> SandboxDetail:
         """Put the sandbox in the state of ``checkpoint_id`` (running). Unsaved state is dropped."""
-        with self._lock(sandbox_id):
+        with self._lock(sandbox_id), self._holding([checkpoint_id]):
             with self.db.session() as s:
                 row = self._row(s, sandbox_id)
                 runtime_name = row.runtime
@@ -839,7 +897,7 @@ class SandboxManager:
                     live.runtime.destroy(live.handle)
             shutil.rmtree(self.workdir(sandbox_id), ignore_errors=True)
             try:
-                with runtime_errors(sandbox_id):
+                with runtime_errors(sandbox_id), self._gate.shared():
                     handle = rt.restore(sandbox_id, chain, self.store, self.workdir(sandbox_id))
             except APIError as exc:
                 with self.db.session() as s:
@@ -866,7 +924,6 @@ class SandboxManager:
                 src = self._row(s, sandbox_id)
                 state, runtime_name = src.state, src.runtime
                 head = src.head_checkpoint_id
-                src_timeout, src_template = src.timeout_s, src.template_id
             rt = self.runtimes.get(runtime_name)
             if rt is None:
                 raise APIError(503, "runtime_unavailable", f"runtime {runtime_name!r} is gone")
@@ -884,30 +941,16 @@ class SandboxManager:
                 ck_id = head  # a paused sandbox's state is its head checkpoint: no need to touch it
             else:
                 raise APIError(409, "not_running", f"sandbox {sandbox_id!r} is {state}")
-        chain = self._chain(ck_id)
-        with self.db.session() as s:
-            src = self._row(s, sandbox_id)
-            children = []
-            now = self.clock()
-            for _ in range(count):
-                child_id = f"sbx-{secrets.token_hex(8)}"
-                children.append(child_id)
-                s.add(
-                    SandboxRow(
-                        id=child_id, template_id=src_template, runtime=runtime_name,
-                        state="creating", cpu_count=src.cpu_count, memory_mb=src.memory_mb,
-                        timeout_s=src_timeout if timeout is None else timeout,
-                        on_timeout=src.on_timeout, metadata_=dict(src.metadata_ or {}),
-                        env_vars=dict(src.env_vars or {}), network=dict(src.network or {}),
-                        created_at=now, started_at=now, end_at=None, updated_at=now,
-                        head_checkpoint_id=ck_id, forked_from=ck_id,
-                    )
-                )  # fmt: skip
+            self._hold([ck_id])  # until the children's rows name it (the source may be killed)
+        try:
+            chain, children = self._fork_rows(sandbox_id, ck_id, count, timeout)
+        finally:
+            self._release([ck_id])
 
         def one(child_id: str) -> SandboxForkResult:
             try:
                 with self._lock(child_id):
-                    with runtime_errors(child_id):
+                    with runtime_errors(child_id), self._gate.shared():
                         handle = rt.restore(child_id, chain, self.store, self.workdir(child_id))
                     return SandboxForkResult(sandbox=self._went_running(child_id, handle, rt))
             except APIError as exc:
@@ -924,6 +967,245 @@ class SandboxManager:
         with ThreadPoolExecutor(min(count, 4), thread_name_prefix="k3stack-fork") as pool:
             return list(pool.map(one, children))
 
+    def _fork_rows(
+        self, sandbox_id: str, ck_id: str, count: int, timeout: int | None
+    ) -> tuple[list[CheckpointManifest], list[str]]:
+        """The fork checkpoint's chain and ``count`` new child rows (state ``creating``)."""
+        chain = self._chain(ck_id)
+        with self.db.session() as s:
+            src = self._row(s, sandbox_id)
+            children = []
+            now = self.clock()
+            for _ in range(count):
+                child_id = f"sbx-{secrets.token_hex(8)}"
+                children.append(child_id)
+                s.add(
+                    SandboxRow(
+                        id=child_id, template_id=src.template_id, runtime=src.runtime,
+                        state="creating", cpu_count=src.cpu_count, memory_mb=src.memory_mb,
+                        timeout_s=src.timeout_s if timeout is None else timeout,
+                        on_timeout=src.on_timeout, metadata_=dict(src.metadata_ or {}),
+                        env_vars=dict(src.env_vars or {}), network=dict(src.network or {}),
+                        created_at=now, started_at=now, end_at=None, updated_at=now,
+                        head_checkpoint_id=ck_id, forked_from=ck_id,
+                    )
+                )  # fmt: skip
+        return chain, children
+
+    # ------------------------------------------------------------------ garbage collection
+
+    def _hold(self, checkpoint_ids: Iterable[str]) -> None:
+        with self._holds_lock:
+            self._holds.update(checkpoint_ids)
+
+    def _release(self, checkpoint_ids: Iterable[str]) -> None:
+        with self._holds_lock:
+            self._holds.subtract(checkpoint_ids)
+            self._holds += Counter()  # drop zero counts
+
+    @contextmanager
+    def _holding(self, checkpoint_ids: list[str]) -> Iterator[None]:
+        """Keep these checkpoints (and their ancestors) alive while an operation uses them:
+        DELETE /checkpoints refuses them, the GC counts them as reachable."""
+        self._hold(checkpoint_ids)
+        try:
+            yield
+        finally:
+            self._release(checkpoint_ids)
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint nothing depends on (its objects go at the next GC).
+
+        409 when it is the head of a sandbox that is not killed (resume/restore needs it), the
+        parent of another checkpoint, the fork source of a sandbox that is not killed, or in use
+        by an operation in flight."""
+        with self._holds_lock, self.db.session() as s:
+            row = s.get(CheckpointRow, checkpoint_id)
+            if row is None:
+                raise not_found("checkpoint", checkpoint_id)
+            if self._holds.get(checkpoint_id):
+                raise APIError(
+                    409, "checkpoint_in_use",
+                    f"checkpoint {checkpoint_id!r} is in use by an operation in flight",
+                )  # fmt: skip
+            user = s.scalars(
+                select(SandboxRow).where(
+                    SandboxRow.state != "killed",
+                    (SandboxRow.head_checkpoint_id == checkpoint_id)
+                    | (SandboxRow.forked_from == checkpoint_id),
+                )
+            ).first()
+            if user is not None:
+                what = "head" if user.head_checkpoint_id == checkpoint_id else "fork source"
+                raise APIError(
+                    409, "checkpoint_in_use",
+                    f"checkpoint {checkpoint_id!r} is the {what} of sandbox {user.id!r} "
+                    f"({user.state}); kill that sandbox first",
+                )  # fmt: skip
+            child = s.scalars(
+                select(CheckpointRow.id).where(CheckpointRow.parent_id == checkpoint_id)
+            ).first()
+            if child is not None:
+                raise APIError(
+                    409, "checkpoint_in_use",
+                    f"checkpoint {checkpoint_id!r} is the parent of checkpoint {child!r}",
+                )  # fmt: skip
+            s.delete(row)
+        log.info("checkpoint %s deleted", checkpoint_id)
+
+    def collect_garbage(self, grace_s: float | None = None) -> GCReport:
+        """Mark and sweep: delete what no live sandbox can need any more.
+
+        Mark: roots are every checkpoint of a sandbox that is not killed (restore may go to
+        any of them), every sandbox's head and fork source, and the checkpoints operations in
+        flight hold; reachable = the roots and all their ancestors (a fork child's chain goes
+        through its source's checkpoints, so those live while the child does). Checkpoint rows
+        not reachable (only killed sandboxes had them) are deleted. Every object key the
+        reachable manifests reference is kept.
+
+        Sweep: objects under the manifest prefix and the runtimes' ``object_prefixes`` that are
+        not kept and older than ``grace_s`` (default ``gc_grace_s``) are deleted; so are cached
+        local disk layers nothing references and workdirs of killed sandboxes. Runs with
+        checkpoints and restores held off (see :class:`_Gate`); content-addressed objects
+        (deduplicated pages, blobs, disk layers) live while any reachable manifest names them.
+        """
+        grace = self.settings.gc_grace_s if grace_s is None else grace_s
+        t0 = time.perf_counter()
+        with self._gate.exclusive():
+            report = self._collect(grace)
+        report.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
+        log.info(
+            "sandbox gc: %d checkpoints kept, %d deleted; %d/%d objects deleted (%d bytes), "
+            "%d in grace; %d local files (%d bytes); %d missing; %.0f ms",
+            report.checkpoints_reachable, report.checkpoints_deleted, report.objects_deleted,
+            report.objects_scanned, report.bytes_freed, report.objects_in_grace,
+            report.local_files_deleted, report.local_bytes_freed, len(report.missing_objects),
+            report.duration_ms,
+        )  # fmt: skip
+        return report
+
+    def _collect(self, grace: float) -> GCReport:
+        report = GCReport(
+            checkpoints_reachable=0, checkpoints_deleted=0, objects_scanned=0,
+            objects_deleted=0, bytes_freed=0, objects_in_grace=0, local_files_deleted=0,
+            local_bytes_freed=0, duration_ms=0.0,
+        )  # fmt: skip
+        # ---- mark: checkpoints
+        with self.db.session() as s:
+            sandboxes = {r.id: r.state for r in s.scalars(select(SandboxRow)).all()}
+            with self._holds_lock:
+                roots = set(self._holds)
+            for row in s.scalars(select(SandboxRow).where(SandboxRow.state != "killed")).all():
+                roots.update(c for c in (row.head_checkpoint_id, row.forked_from) if c)
+            cks = {
+                c.id: (c.parent_id, c.manifest_key, c.runtime, c.sandbox_id)
+                for c in s.scalars(select(CheckpointRow)).all()
+            }
+        roots.update(
+            cid for cid, (_, _, _, sbx) in cks.items() if sandboxes.get(sbx, "killed") != "killed"
+        )
+        reachable: set[str] = set()
+        for root in roots:
+            cur: str | None = root
+            while cur is not None and cur in cks and cur not in reachable:
+                reachable.add(cur)
+                cur = cks[cur][0]
+        garbage = [cid for cid in cks if cid not in reachable]
+        if garbage:
+            # children before parents, so no batch leaves a row naming a deleted parent
+            depth: dict[str, int] = {}
+
+            def depth_of(cid: str) -> int:
+                chain = []
+                cur: str | None = cid
+                while cur is not None and cur in cks and cur not in depth:
+                    chain.append(cur)
+                    cur = cks[cur][0]
+                d = depth.get(cur, -1) if cur is not None else -1
+                for c in reversed(chain):
+                    d += 1
+                    depth[c] = d
+                return depth[cid]
+
+            garbage.sort(key=depth_of, reverse=True)
+            for i in range(0, len(garbage), 500):
+                with self.db.session() as s:
+                    s.execute(
+                        delete(CheckpointRow).where(CheckpointRow.id.in_(garbage[i : i + 500]))
+                    )
+        report.checkpoints_reachable = len(reachable)
+        report.checkpoints_deleted = len(garbage)
+        # ---- mark: objects
+        keep: set[str] = set()
+        missing: list[str] = []
+        for cid in reachable:
+            _, manifest_key, runtime_name, _ = cks[cid]
+            keep.add(manifest_key)
+            try:
+                m = CheckpointManifest.model_validate_json(self.store.get(manifest_key))
+            except KeyError:
+                missing.append(manifest_key)
+                continue
+            rt = self.runtimes.get(runtime_name)
+            if rt is None:
+                continue  # its prefixes are not swept either
+            try:
+                keep.update(rt.referenced_keys(m, self.store))
+            except KeyError as exc:  # a broken checkpoint: what it names is unknowable
+                missing.append(str(exc.args[0] if exc.args else exc))
+        report.missing_objects = sorted(missing)[:20]
+        # ---- sweep: objects
+        prefixes = [MANIFEST_PREFIX]
+        for rt in self.runtimes.values():
+            prefixes += [p for p in rt.object_prefixes if p not in prefixes]
+        cutoff = datetime.now(UTC) - timedelta(seconds=grace)
+        deleted: set[str] = set()
+        for prefix in prefixes:
+            for info in list(self.store.list(prefix)):
+                report.objects_scanned += 1
+                if info.key in keep:
+                    continue
+                if _aware(info.modified) > cutoff:  # type: ignore[operator]
+                    report.objects_in_grace += 1
+                    continue
+                try:
+                    self.store.delete(info.key)
+                except KeyError:
+                    continue
+                deleted.add(info.key)
+                report.bytes_freed += info.size
+        report.objects_deleted = len(deleted)
+        # ---- sweep: local files
+        for rt in self.runtimes.values():
+            if deleted:
+                rt.forget_objects(deleted)
+            files, freed = rt.collect_local(keep, grace)
+            report.local_files_deleted += files
+            report.local_bytes_freed += freed
+        vms = self.data_dir / "vms"
+        if vms.is_dir():
+            wall = time.time()
+            for wd in vms.iterdir():
+                if sandboxes.get(wd.name, "killed") != "killed" or wd.name in self._live:
+                    continue
+                try:
+                    if wall - wd.stat().st_mtime < grace:
+                        continue
+                except FileNotFoundError:
+                    continue
+                with self.db.session() as s:  # created since the snapshot above? (row first)
+                    row = s.get(SandboxRow, wd.name)
+                    if row is not None and row.state != "killed":
+                        continue
+                size = 0
+                for f in wd.rglob("*"):
+                    with contextlib.suppress(OSError):
+                        size += f.lstat().st_size if f.is_file() else 0
+                shutil.rmtree(wd, ignore_errors=True)
+                report.local_files_deleted += 1
+                report.local_bytes_freed += size
+        return report
+
     # ------------------------------------------------------------------ background work
 
     def _reap_loop(self) -> None:
@@ -934,7 +1216,19 @@ class SandboxManager:
                 log.exception("sandbox reaper tick failed")
 
     def tick(self) -> dict[str, list[str]]:
-        """One pass of timeouts, periodic snapshots and liveness. Returns what it did."""
+        """One pass of timeouts, periodic snapshots and liveness (and, every ``gc_interval_s``,
+        garbage collection). Returns what it did."""
+        done = self._tick()
+        every = self.settings.gc_interval_s
+        if every > 0 and time.monotonic() - self._last_gc >= every:
+            self._last_gc = time.monotonic()
+            try:
+                self.collect_garbage()
+            except Exception:  # noqa: BLE001 - the next interval tries again
+                log.exception("sandbox gc failed")
+        return done
+
+    def _tick(self) -> dict[str, list[str]]:
         done: dict[str, list[str]] = {"paused": [], "killed": [], "snapshots": [], "lost": []}
         now = self.clock()
         interval = self.settings.snapshot_interval_s
