@@ -13,6 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# the platform's one chat-message type, re-exported under the names the backends import
+from shared.chat import ChatMessage, ContentPart, FunctionCall, ToolCall  # noqa: F401
+
 # ----- errors ------------------------------------------------------------------------------------
 
 
@@ -96,39 +99,6 @@ class NamedFunction(_Request):
 class NamedToolChoice(_Request):
     type: Literal["function"] = "function"
     function: NamedFunction
-
-
-class FunctionCall(_Request):
-    name: str
-    arguments: str = "{}"
-
-
-class ToolCall(_Request):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class ContentPart(_Request):
-    type: str = "text"
-    text: str | None = None
-
-
-class ChatMessage(_Request):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
-
-    @model_validator(mode="after")
-    def _check_role_fields(self) -> ChatMessage:
-        if self.role == "tool" and not self.tool_call_id:
-            raise ValueError("a 'tool' message needs tool_call_id")
-        if self.role in ("system", "developer", "user") and self.content is None:
-            raise ValueError(f"a {self.role!r} message needs content")
-        return self
 
 
 class JSONSchemaFormat(_Request):
