@@ -42,23 +42,6 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from services.sandbox.api.schemas import (
-    Checkpoint,
-    EntryInfo,
-    ExecBody,
-    ExecOutput,
-    ExecStreamEvent,
-    GCReport,
-    Lifecycle,
-    NewSandbox,
-    NewTemplate,
-    RuntimeInfo,
-    Sandbox,
-    SandboxDetail,
-    SandboxForkResult,
-    Template,
-    TemplateStep,
-)
 from services.sandbox.lifecycle.runtimes import RUNTIME_ORDER, pick_runtime
 from services.sandbox.models import CheckpointRow, SandboxRow, TemplateRow
 from services.sandbox.runtime.base import (
@@ -79,6 +62,23 @@ from services.sandbox.runtime.base import (
     UnsupportedOperation,
     VMHandle,
     normalize_guest_path,
+)
+from shared.contracts.sandbox import (
+    Checkpoint,
+    EntryInfo,
+    ExecBody,
+    ExecOutput,
+    ExecStreamEvent,
+    GCReport,
+    Lifecycle,
+    NewSandbox,
+    NewTemplate,
+    RuntimeInfo,
+    Sandbox,
+    SandboxDetail,
+    SandboxForkResult,
+    Template,
+    TemplateStep,
 )
 from shared.db import ServiceDatabase
 from shared.errors import APIError, Error, not_found
