@@ -413,6 +413,17 @@ class Runtime(ABC):
             raise GuestFileError(f"mkdir {p}: {res.stderr.strip()}", path=p)
         return self.stat(h, p)
 
+    def expose_port(self, h: VMHandle, port: int) -> str:
+        """``host:port`` on the host's loopback that forwards TCP to guest ``port`` (E2B's
+        ``get_host``). Idempotent per (sandbox, port); the forward lives as long as the VM
+        process (ask again after a resume, restore or fork). A guest server must listen on
+        ``0.0.0.0`` (microvm: the guest's NIC address is not its loopback).
+
+        Raises:
+            UnsupportedOperation: the runtime or this sandbox's network cannot forward ports.
+        """
+        raise UnsupportedOperation(f"runtime {self.name!r} cannot expose guest ports")
+
     # -- garbage collection (the manager's mark and sweep, see ``SandboxManager.collect_garbage``)
 
     object_prefixes: tuple[str, ...] = ()
