@@ -114,6 +114,15 @@ class ModelSettings(ServiceSettings):
     startup_timeout_s: float = Field(
         900.0, gt=0, description="How long the sglang engine waits for its server to be ready."
     )
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest request body the model API reads (413)."
+    )
+    max_queued_requests: int = Field(
+        256,
+        ge=0,
+        description="Requests the reference engine queues beyond max_num_seqs before answering "
+        "429 with Retry-After.",
+    )
 
 
 class SandboxSettings(ServiceSettings):
