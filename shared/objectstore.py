@@ -592,6 +592,8 @@ class S3ObjectStore(ObjectStore):
         part_size: int = 8 * 1024 * 1024,
         cas_threads: int = 8,
     ) -> None:
+        import certifi
+        import urllib3
         from minio import Minio
 
         parts = urlsplit(endpoint_url if "://" in endpoint_url else f"http://{endpoint_url}")
@@ -607,12 +609,24 @@ class S3ObjectStore(ObjectStore):
         self.bucket = bucket
         self.part_size = part_size
         self.cas_threads = max(1, cas_threads)
+        # Our own connection pool (minio's defaults: 5 min timeouts, 5 retries on 5xx, the CA
+        # bundle of SSL_CERT_FILE or certifi), so close() can release it through public API.
+        self._http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=300, read=300),
+            maxsize=max(10, self.cas_threads + 2),
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
+            retries=urllib3.Retry(
+                total=5, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]
+            ),
+        )
         self.client = Minio(
             parts.netloc,
             access_key=access_key or None,
             secret_key=secret_key if access_key else None,
             secure=(parts.scheme == "https") if secure is None else secure,
             region=region,
+            http_client=self._http,
         )
         if create_bucket_if_missing:
             self._ensure_bucket(region)
@@ -751,9 +765,7 @@ class S3ObjectStore(ObjectStore):
         return keys
 
     def close(self) -> None:
-        http = getattr(self.client, "_http", None)
-        if http is not None:
-            http.clear()
+        self._http.clear()
 
 
 # --------------------------------------------------------------------------------------------
