@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help docs
+.PHONY: demo test setup system venv lint format bench clean help docs openapi
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
@@ -15,6 +15,7 @@ help:
 	@echo "make setup  - only install (system packages + virtualenv)"
 	@echo "make bench  - run the benchmark scripts under bench/"
 	@echo "make docs   - regenerate the README configuration table"
+	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
 
 setup: system venv
 
@@ -52,3 +53,6 @@ clean:
 
 docs: venv
 	$(PY) -m shared.settings --readme README.md
+
+openapi: venv
+	$(PY) scripts/openapi.py
