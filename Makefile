@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help docs stress
+.PHONY: demo test setup system venv lint format bench clean help docs stress openapi
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench  - run the benchmark scripts under bench/"
 	@echo "make docs   - regenerate the README configuration table"
 	@echo "make stress - the whole suite with every core kept busy by a CPU burner (flakiness check)"
+	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
 
 setup: system venv
 
@@ -56,3 +57,6 @@ clean:
 
 docs: venv
 	$(PY) -m shared.settings --readme README.md
+
+openapi: venv
+	$(PY) scripts/openapi.py

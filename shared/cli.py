@@ -5,6 +5,11 @@
 stays in the foreground until Ctrl-C; ``--detach`` returns instead, and ``k3stack down`` stops
 what ``up`` started. Every child runs in its own process group, recorded in
 ``<data dir>/run/state.json``, so ``down`` leaves nothing behind.
+
+Services add their own subcommands (``k3stack run``, ``k3stack verify``…) without ``shared``
+importing them: an entry point in the ``k3stack.cli`` group names a Typer app, a click command
+or a plain function (``[project.entry-points."k3stack.cli"] run = "services.orchestrator.cli:app"``),
+loaded only when that command is used or listed.
 """
 
 from __future__ import annotations
@@ -18,18 +23,65 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperGroup
 
 from shared.queue import service_queues, worker_argv
 from shared.settings import SERVICE_NAMES, SettingsError, load_settings, settings_table
 
+PLUGIN_GROUP = "k3stack.cli"
+
+
+def plugin_entry_points() -> dict[str, Any]:
+    """Name -> entry point of every subcommand registered in the ``k3stack.cli`` group."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+
+
+def _as_command(name: str, obj: Any) -> click.Command:
+    if isinstance(obj, click.Command):
+        return obj
+    if isinstance(obj, typer.Typer):
+        command = typer.main.get_command(obj)
+    elif callable(obj):
+        single = typer.Typer(add_completion=False)
+        single.command(name)(obj)
+        command = typer.main.get_command(single)
+    else:
+        raise TypeError(f"{type(obj).__name__} is not a Typer app, click command or function")
+    command.name = name
+    return command
+
+
+class _WithPlugins(TyperGroup):
+    """The built-in commands, then those services register (built-ins win a name clash)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        own = super().list_commands(ctx)
+        return own + sorted(set(plugin_entry_points()) - set(own))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        ep = None if command is not None else plugin_entry_points().get(cmd_name)
+        if ep is None:
+            return command
+        try:
+            return _as_command(cmd_name, ep.load())
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+            message = f"the {cmd_name!r} command ({ep.value}) failed to load: {exc}"
+            return click.Command(cmd_name, help=message, callback=lambda: _fail(message))
+
+
 app = typer.Typer(
+    cls=_WithPlugins,
     help="Run and inspect k3stack on this machine (embedded defaults, no servers to install).",
     no_args_is_help=True,
     add_completion=False,

@@ -269,6 +269,22 @@ class Settings(BaseSettings):
     http_retries: int = Field(
         3, ge=0, le=10, description="Retries of idempotent inter-service calls."
     )
+    llm_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL (…/v1) the platform's judges, NPCs and agent "
+        "policy call (default: the model service's /v1).",
+    )
+    llm_api_key: str | None = Field(
+        None, description="Bearer key for llm_url (default: the model service's API key)."
+    )
+    llm_model: str | None = Field(
+        None, description="Model id those calls ask for (default: model.served_model_name)."
+    )
+    llm_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Timeout of one model call (a whole generation), not http_timeout_s.",
+    )
 
     model: ModelSettings = Field(default_factory=ModelSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)

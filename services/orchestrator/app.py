@@ -3,28 +3,14 @@ the platform through the shared clients (the smoke flow `make demo` uses)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, FastAPI, Request
-from pydantic import BaseModel
 
 from shared.app import create_app as create_service_app
 from shared.clients import AsyncServiceClient, ServiceError
+from shared.contracts.orchestrator import PlatformStatus, ServiceStatus
 from shared.settings import SERVICE_NAMES, get_settings
 
 router = APIRouter(tags=["platform"])
-
-
-class ServiceStatus(BaseModel):
-    service: str
-    url: str
-    healthy: bool
-    detail: dict[str, Any] | str
-
-
-class PlatformStatus(BaseModel):
-    healthy: bool
-    services: list[ServiceStatus]
 
 
 @router.get("/platform", response_model=PlatformStatus, operation_id="getPlatformStatus")
