@@ -89,3 +89,18 @@ def oracle_score(tools_url: str, scenario: str, seed: int) -> tuple[int, int]:
         checks = http.get(f"/worlds/{world['id']}/checks").json()
         http.delete(f"/worlds/{world['id']}")
         return checks["events_passed"], checks["events_total"]
+
+
+@pytest.fixture(scope="session")
+def model_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real model service (reference engine, tiny K3 preset, random weights) over HTTP."""
+    data = tmp_path_factory.mktemp("model-svc")
+    with _on_free_port(
+        lambda port: [sys.executable, "-m", "services.model", "--port", str(port)],
+        url_template="http://127.0.0.1:{port}",
+        env=service_env(data, OMP_NUM_THREADS="1", K3STACK_MODEL__MAX_MODEL_LEN="16384"),
+        cwd=str(REPO),
+        timeout=180.0,
+        ready_text="Application startup complete",
+    ) as server:
+        yield server.url

@@ -206,8 +206,6 @@ class Compactor:
             must = n_msgs < keep.tail_messages or n_user < keep.tail_user_turns
             if not must and used + size > budget:
                 break
-            if used + size > budget and (start < len(groups)):
-                break  # never let the kept tail alone exceed the budget
             start -= 1
             used += size
             n_msgs += len(unit)
@@ -239,19 +237,24 @@ class Compactor:
         tail = groups[start:]
         out = [system, *flatten(groups[:head]), summary_msg, *flatten(tail)]
         comp = Compaction("summary", out, before, self.count(out), summary=text)
+        keep_head = [system, *flatten(groups[:head])]
+
+        def rebuild(summary: str) -> None:
+            msg = {"role": cfg.summary_role, "content": cfg.summary_prefix + summary}
+            comp.summary = summary
+            comp.messages = [*keep_head, msg, *flatten(tail)]
+            comp.tokens_after = self.count(comp.messages)
+
+        # Too long: shorten the summary first (headings always stay), then drop old tail units.
+        cut = len(text)
+        while comp.tokens_after >= self.threshold and cut > 0:
+            cut //= 2
+            rebuild(ensure_sections(text[:cut], cfg.summary_sections))
+            comp.notes.append(f"summary cut to {cut} characters to fit")
         while comp.tokens_after >= self.threshold and tail:
             tail.pop(0)
             comp.dropped_units += 1
-            comp.messages = [system, *flatten(groups[:head]), summary_msg, *flatten(tail)]
-            comp.tokens_after = self.count(comp.messages)
-        if comp.tokens_after >= self.threshold:
-            # The summary alone is too long: keep its sections, cut their bodies.
-            short = ensure_sections("", cfg.summary_sections)
-            summary_msg = {"role": cfg.summary_role, "content": cfg.summary_prefix + short}
-            comp.messages = [system, *flatten(groups[:head]), summary_msg]
-            comp.summary = short
-            comp.tokens_after = self.count(comp.messages)
-            comp.notes.append("summary truncated to its headings to fit")
+            rebuild(comp.summary or "")
         return comp
 
 

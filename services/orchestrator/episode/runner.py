@@ -293,7 +293,7 @@ class EpisodeRunner:
         policy = self.policy_override or self._policy(request, world)
         if hasattr(policy, "sections"):
             policy.sections = list(harness.context.summary_sections)
-        window = request.context_window or harness.context.window
+        window = request.context_window or self._model_window(request) or harness.context.window
         counter = self._counter(request)
         compactor = Compactor(harness.context, window, counter, policy.summarize, tools.specs())
         ctx = ToolContext(
@@ -323,6 +323,17 @@ class EpisodeRunner:
         return OpenAIPolicy(
             base_url, api_key, spec.model, temperature=spec.temperature, seed=spec.seed
         )
+
+    def _model_window(self, request: EpisodeCreate) -> int | None:
+        """The model service's context length, when the policy is the model service."""
+        if request.policy.kind != "openai" or request.policy.base_url is not None:
+            return None
+        try:
+            cards = self.svc.model.get_json("/v1/models")["data"]
+        except Exception:  # noqa: BLE001 - unknown: the harness's own window
+            return None
+        wanted = [c for c in cards if c["id"] == request.policy.model] or cards
+        return wanted[0].get("max_model_len") if wanted else None
 
     def _counter(self, request: EpisodeCreate) -> Any:
         if request.policy.kind == "openai" and request.policy.base_url is None:
