@@ -31,8 +31,8 @@ def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def tools_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The real tools service, over HTTP."""
+def tools_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The real tools service in its own process group."""
     data = tmp_path_factory.mktemp("tools-svc")
     with _on_free_port(
         lambda port: [sys.executable, "-m", "services.tools", "--port", str(port)],
@@ -41,7 +41,17 @@ def tools_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         cwd=str(REPO),
         timeout=90.0,
     ) as server:
-        yield server.url
+        yield server
+
+
+@pytest.fixture(scope="session")
+def tools_url(tools_server: Any) -> str:
+    return tools_server.url
+
+
+@pytest.fixture(scope="session")
+def tools_server_pgid(tools_server: Any) -> int:
+    return tools_server.pgid
 
 
 @pytest.fixture
