@@ -213,11 +213,15 @@ def test_management_needs_api_key_when_auth_is_on(tmp_path, monkeypatch) -> None
 
 
 def test_tools_client_drives_worlds(tools_client) -> None:
-    """shared.clients.ToolsClient over the in-process app (its httpx transport swapped in)."""
+    """shared.clients.ToolsClient against the service over real HTTP (no private seams)."""
     from shared.clients import ToolsClient
+    from tests.tools.apps_conftest import live_server
 
-    client = ToolsClient("http://testserver")
-    client._http = tools_client  # same httpx interface
+    with live_server(tools_client.app) as url, ToolsClient(url) as client:
+        _drive(client)
+
+
+def _drive(client) -> None:  # type: ignore[no-untyped-def]
     w = client.create_world("empty", 3)
     client.app(
         w["id"],
