@@ -13,7 +13,7 @@ from pathlib import Path
 
 from celery import Celery
 
-from shared.settings import Settings, get_settings
+from shared.settings import Settings, check_deployed, get_settings
 
 
 def _ensure_sqlite_dir(url: str) -> None:
@@ -26,6 +26,7 @@ def _ensure_sqlite_dir(url: str) -> None:
 def make_celery(service: str, settings: Settings | None = None) -> Celery:
     """The Celery app of ``service``; its default queue is the service's name."""
     settings = settings or get_settings()
+    check_deployed(settings, service)  # workers refuse the same bad deployed settings the APIs do
     broker = settings.broker_url or ""
     backend = settings.result_backend or ""
     _ensure_sqlite_dir(broker)

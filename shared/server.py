@@ -24,7 +24,11 @@ def serve(service: str, argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     section = settings.service(service)
     module = importlib.import_module(f"services.{service}.app")
-    app = module.create_app()
+    try:
+        app = module.create_app()
+    except SettingsError as exc:  # the deployed-mode refusals (shared.settings.check_deployed)
+        print(f"k3stack {service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     import uvicorn
 
