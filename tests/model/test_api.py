@@ -373,11 +373,11 @@ def test_model_client_speaks_the_api(model_server):
     from shared.clients import ModelClient, ServiceError
 
     with ModelClient(model_server.url) as mc:
-        assert mc.list_models() == ["k3-tiny"]
+        assert [card.id for card in mc.list_models().data] == ["k3-tiny"]
         answer = mc.chat([{"role": "user", "content": "hi"}], max_tokens=4, seed=1)
-        assert answer["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
-        assert mc.complete("hello", max_tokens=2)["usage"]["completion_tokens"] <= 2
-        assert len(mc.tokenize(messages=[{"role": "user", "content": "hi"}])) > 3
+        assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        assert mc.complete("hello", max_tokens=2).usage.completion_tokens <= 2
+        assert mc.tokenize(messages=[{"role": "user", "content": "hi"}]).count > 3
         assert mc.openai_base_url == model_server.url + "/v1"
         with pytest.raises(ServiceError, match="at least 1 item") as info:
             mc.chat([])

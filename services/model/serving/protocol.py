@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from services.model.serving.text_guard import check_unicode
 
+# the platform's one chat-message type, re-exported under the names the backends import
+from shared.chat import ChatMessage, ContentPart, FunctionCall, ToolCall  # noqa: F401
+
 # ----- errors ------------------------------------------------------------------------------------
 
 
@@ -115,39 +118,6 @@ class NamedFunction(_Request):
 class NamedToolChoice(_Request):
     type: Literal["function"] = "function"
     function: NamedFunction
-
-
-class FunctionCall(_Request):
-    name: str
-    arguments: str = "{}"
-
-
-class ToolCall(_Request):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class ContentPart(_Request):
-    type: str = "text"
-    text: str | None = None
-
-
-class ChatMessage(_Request):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
-
-    @model_validator(mode="after")
-    def _check_role_fields(self) -> ChatMessage:
-        if self.role == "tool" and not self.tool_call_id:
-            raise ValueError("a 'tool' message needs tool_call_id")
-        if self.role in ("system", "developer", "user") and self.content is None:
-            raise ValueError(f"a {self.role!r} message needs content")
-        return self
 
 
 class JSONSchemaFormat(_Request):
