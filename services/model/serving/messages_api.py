@@ -336,10 +336,14 @@ def from_chat(answer: ChatCompletion) -> Message:
                 "input": _arguments(call.function.arguments),
             }
         )
+    stop = choice.stop_reason
     return Message(
         model=answer.model,
         content=blocks,
-        stop_reason=_STOP.get(choice.finish_reason or "stop", "end_turn"),
+        stop_reason="stop_sequence"
+        if stop
+        else _STOP.get(choice.finish_reason or "stop", "end_turn"),
+        stop_sequence=stop,
         usage=_usage(answer.usage),
     )
 
@@ -352,6 +356,7 @@ async def stream_events(
     index = -1
     open_kind: str | None = None
     stop_reason = "end_turn"
+    stop_sequence: str | None = None
     usage: Usage | None = None
 
     def start() -> dict[str, Any]:
@@ -433,6 +438,8 @@ async def stream_events(
                     )
             if choice.finish_reason:
                 stop_reason = _STOP.get(choice.finish_reason, "end_turn")
+                if choice.stop_reason:
+                    stop_reason, stop_sequence = "stop_sequence", choice.stop_reason
         for e in events:
             yield e
     if not started:
@@ -442,7 +449,7 @@ async def stream_events(
     final = _usage(usage)
     yield {
         "type": "message_delta",
-        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+        "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
         "usage": final.model_dump(),
     }
     yield {"type": "message_stop"}

@@ -264,6 +264,7 @@ _PARSE_ERRORS_DOC = (
     "What did parse is in the message; agents can turn this into an error observation."
 )
 _RAW_DOC = "k3stack extension, with parse_errors: the raw generated text, markers included."
+_STOP_REASON_DOC = "vLLM's extension: the stop string that ended the output, if one did."
 
 
 class TopLogprob(_Response):
@@ -288,6 +289,7 @@ class ChatChoice(_Response):
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
     token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
 
@@ -332,6 +334,7 @@ class ChatChunkChoice(_Response):
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
     token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
 
@@ -391,6 +394,7 @@ class CompletionChoice(_Response):
     finish_reason: str | None = None
     logprobs: CompletionLogprobs | None = None
     token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
 
 
 class Completion(_Response):

@@ -479,6 +479,7 @@ class ReferenceBackend(Backend):
                 else None
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
         )
         return choice, run
 
@@ -565,6 +566,7 @@ class ReferenceBackend(Backend):
                     ),
                     parse_errors=errors or None,
                     raw_output=parsed.raw if errors else None,
+                    stop_reason=run.last.stop_string if run.last else None,
                 )
             )
 
@@ -645,6 +647,7 @@ class ReferenceBackend(Backend):
                 else None
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
         )
         return choice, run
 
@@ -697,6 +700,7 @@ class ReferenceBackend(Backend):
                 if out.finished:
                     if out.error:
                         raise OpenAIError(500, out.error, type="server_error", code="engine_error")
+                    extra["stop_reason"] = out.stop_string
                     yield chunk(index, text, out.finish_reason, **extra)
                 elif text or extra:
                     yield chunk(index, text, **extra)
