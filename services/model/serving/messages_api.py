@@ -28,6 +28,7 @@ from services.model.serving.protocol import (
     TokenizeRequest,
     Usage,
     _TopRequest,
+    chat_request,
     new_id,
 )
 
@@ -169,6 +170,8 @@ def to_chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[s
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if role not in ("user", "assistant") or not isinstance(blocks, list):
             raise _bad(f"{where}: role must be 'user' or 'assistant' with content", where)
+        if not all(isinstance(b, dict) for b in blocks):
+            raise _bad(f"{where}.content: expected a string or a list of content blocks", where)
         if role == "assistant":
             turn: dict[str, Any] = {"role": "assistant", "content": ""}
             calls = []
@@ -254,12 +257,7 @@ def _tool_fields(tools: list[Tool] | None, choice: ToolChoice | None) -> dict[st
 
 
 def _validate(body: dict[str, Any]) -> ChatCompletionRequest:
-    try:
-        return ChatCompletionRequest.model_validate(
-            {k: v for k, v in body.items() if v is not None}
-        )
-    except ValueError as exc:
-        raise OpenAIError(400, f"invalid request: {exc}") from exc
+    return chat_request({k: v for k, v in body.items() if v is not None})
 
 
 def to_chat_request(req: MessagesRequest) -> ChatCompletionRequest:

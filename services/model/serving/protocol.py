@@ -13,7 +13,14 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from services.model.serving.text_guard import check_unicode
 
@@ -464,3 +471,15 @@ class DetokenizeRequest(_TopRequest):
 
 class DetokenizeResponse(_Response):
     prompt: str
+
+
+def chat_request(body: dict[str, Any]) -> ChatCompletionRequest:
+    """A chat request built from a translated body (Responses, Messages, token counting);
+    invalid fields are a 400 listing each ``field: problem``."""
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise OpenAIError(400, f"invalid request: {problems}") from None

@@ -50,6 +50,7 @@ from services.model.serving.protocol import (
     ToolCallDelta,
     TopLogprob,
     Usage,
+    chat_request,
     new_id,
 )
 from services.model.serving.sampling import LogitsProcessor, SamplingParams, TokenLogprob
@@ -725,12 +726,14 @@ class ReferenceBackend(Backend):
             self._check_text_length(req.prompt, "prompt")
             ids = self.tokenizer.encode(req.prompt, allow_special=req.add_special_tokens)
             return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=engine_len)
-        chat = ChatCompletionRequest(
-            messages=req.messages or [],
-            tools=req.tools,
-            tool_choice=req.tool_choice,
-            response_format=req.response_format,
-            reasoning_effort=req.reasoning_effort,
+        chat = chat_request(
+            {
+                "messages": req.messages or [],
+                "tools": req.tools,
+                "tool_choice": req.tool_choice,
+                "response_format": req.response_format,
+                "reasoning_effort": req.reasoning_effort,
+            }
         )
         rendered = self._render(chat, add_generation_prompt=req.add_generation_prompt)
         self._check_text_length(rendered.text, "messages")
