@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -364,11 +366,19 @@ def test_task_errors_are_recorded_with_codes(store, eager_app):
     assert all(j.status is JobStatus.failed for n, j in outcomes.items() if n != "elsewhere")
 
 
+class QuickRetries(JobTask):
+    """The base task with millisecond backoffs, so retry tests do not sleep for seconds."""
+
+    retry_backoff_s = 0.001
+
+
 def test_transient_errors_are_retried_within_the_policy(store, eager_app):
     calls: list[int] = []
+    notes: list[str] = []
 
     def flaky(job: JobRun) -> dict:
         calls.append(job.attempt)
+        notes.append(store.require(job.id).progress.message)
         if len(calls) < 3:
             raise TransientJobError("sandbox busy")
         return {"attempt": job.attempt}
@@ -376,15 +386,48 @@ def test_transient_errors_are_retried_within_the_policy(store, eager_app):
     def hopeless(job: JobRun) -> None:
         raise TransientJobError("still busy")
 
-    task = eager_app.task(base=JobTask, name="test.flaky", job_store=store)(flaky)
+    task = eager_app.task(base=QuickRetries, name="test.flaky", job_store=store)(flaky)
     job = submit(store, task, kind="flaky")
     assert job.status is JobStatus.succeeded and job.result == {"attempt": 3}
     assert calls == [1, 2, 3] and job.attempts == 3
-    task = eager_app.task(base=JobTask, name="test.hopeless", job_store=store)(hopeless)
+    assert notes[0] == "started"
+    assert re.fullmatch(r"retry 2 of 2 in [0-9.]+ s: sandbox busy", notes[2]), notes
+    task = eager_app.task(base=QuickRetries, name="test.hopeless", job_store=store)(hopeless)
     job = submit(store, task, kind="hopeless")
     assert job.status is JobStatus.failed and job.attempts == 3
     assert job.error.message == "gave up after 2 retries: TransientJobError: still busy"
     assert JobTask.max_retries + 1 == JobPolicy().max_attempts  # the two bounds agree
+
+
+def test_retries_never_exceed_max_attempts(database, eager_app):
+    store = JobStore(database, JobRow, policy=JobPolicy(max_attempts=2))
+    calls: list[int] = []
+
+    def flaky(job: JobRun) -> None:
+        calls.append(job.attempt)
+        raise TransientJobError("busy")
+
+    task = eager_app.task(base=QuickRetries, name="test.bounded", job_store=store)(flaky)
+    job = submit(store, task, kind="bounded")
+    assert calls == [1, 2] and job.attempts == 2
+    assert job.error.message == "gave up after 1 retries: TransientJobError: busy"
+
+
+def test_cancelling_during_a_retry_backoff_stops_the_job(database, eager_app):
+    store = JobStore(database, JobRow, policy=JobPolicy(heartbeat_s=0.05, lease_s=30))
+    calls: list[int] = []
+
+    class SlowRetries(JobTask):
+        retry_backoff_s = 30.0  # cancelled long before this runs out
+
+    def flaky(job: JobRun) -> None:
+        calls.append(job.attempt)
+        threading.Timer(0.2, store.cancel, args=[job.id]).start()
+        raise TransientJobError("busy")
+
+    task = eager_app.task(base=SlowRetries, name="test.cancel_backoff", job_store=store)(flaky)
+    job = submit(store, task, kind="t")
+    assert job.status is JobStatus.cancelled and calls == [1] and job.attempts == 1
 
 
 def test_retry_countdown_backs_off_exponentially_with_a_cap():
