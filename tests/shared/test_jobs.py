@@ -544,6 +544,33 @@ def test_jobs_client_mixins_speak_the_routes(verifier):
     asyncio.run(go())
 
 
+def test_jobs_client_mixin_fits_the_platform_clients(verifier):
+    """On the real async service client (in-process transport): typed views, and the
+    service's 404 as the client's ServiceError."""
+    from shared.clients import AsyncServiceClient, ServiceError
+
+    class Verifier(AsyncJobsClient, AsyncServiceClient):
+        service = "verifier"
+
+    client = verifier(K3STACK_CELERY_EAGER="1")
+    done = client.post("/jobs", json={"kind": "echo", "payload": {"n": 1}}).json()
+
+    async def go() -> None:
+        transport = httpx.ASGITransport(app=client.app)
+        async with Verifier("http://verifier", transport=transport) as c:
+            job = await c.wait_job(done["id"], timeout_s=30)
+            assert job.status is JobStatus.succeeded and job.result["payload"] == {"n": 1}
+            assert (await c.list_jobs(status=JobStatus.succeeded)).total == 1
+            with pytest.raises(ServiceError) as err:
+                await c.cancel_job(done["id"])
+            assert (err.value.status, err.value.error_code) == (409, "job_finished")
+            with pytest.raises(ServiceError) as err:
+                await c.get_job("nope")
+            assert err.value.status == 404
+
+    asyncio.run(go())
+
+
 # --- tables, migrations, hygiene ---------------------------------------------------------------
 
 
