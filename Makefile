@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help docs openapi
+.PHONY: demo test setup system venv lint format bench clean help docs openapi stress
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench  - run the benchmark scripts under bench/"
 	@echo "make docs   - regenerate the README configuration table"
 	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
+	@echo "make stress - the whole suite with every core kept busy by a CPU burner (flakiness check)"
 
 setup: system venv
 
@@ -47,6 +48,9 @@ demo: setup
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+stress:
+	@bash scripts/stress_test.sh $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -129,10 +129,10 @@ def smoke() -> bool:
 
         def job() -> str:
             created = verifier.create_job("echo", {"hello": "k3stack"})
-            done = verifier.wait_job(created["id"], timeout_s=30)  # dicts until shared/jobs.py
+            done = verifier.wait_job(created.id, timeout_s=30)
             return (
-                f"job {done['id'][:8]}… {done['status']} through a Celery worker, "
-                f"sha256 {done['result']['sha256'][:12]}…"
+                f"job {done.id[:8]}… {done.status} through a Celery worker, "
+                f"sha256 {done.result['sha256'][:12]}…"
             )
 
         results.append(_step("verifier: run a job through the queue", job))

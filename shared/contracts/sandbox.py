@@ -37,6 +37,7 @@ __all__ = [
     "NewCheckpoint",
     "NewSandbox",
     "NewTemplate",
+    "PortForward",
     "RestoreRequest",
     "ResumedSandbox",
     "RuntimeInfo",
@@ -317,6 +318,16 @@ class EntryInfo(BaseModel):
     size: int
     mode: int = Field(description="Permission bits, e.g. 420 (0o644).")
     modified_time: datetime
+
+
+class PortForward(BaseModel):
+    """Where the host reaches a guest TCP port (E2B's ``get_host``)."""
+
+    port: int = Field(description="The guest port.")
+    host: str = Field(
+        description="`address:port` on the service host's loopback that forwards to the guest "
+        "port; valid while the sandbox's VM runs (ask again after resume, restore or fork)."
+    )
 
 
 class SignalRequest(BaseModel):

@@ -1,0 +1,5 @@
+"""placeholder"""
+
+
+def chat_constraint(req, mode, tokenizer):
+    return None
