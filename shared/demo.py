@@ -123,7 +123,7 @@ def smoke() -> bool:
                 f"a do-nothing run {nothing.events_passed}/{nothing.events_total}"
             )
 
-        results.append(_step("tools: a multi-day scenario, solved and left alone", scenario))
+        results.append(_step("tools: a multi-day scenario, one mail vs doing nothing", scenario))
 
     with VerifierClient.from_settings(settings) as verifier:
 
