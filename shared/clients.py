@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, TypeVar
 
@@ -336,7 +336,6 @@ class AsyncServiceClient(_Base):
 class _ModelDefaults:
     model: str | None = None
     generation_timeout_s: float | None = 600.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _messages(messages: list[ChatMessage] | list[dict[str, Any]]) -> list[dict[str, Any]]:

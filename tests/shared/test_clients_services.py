@@ -58,7 +58,9 @@ def test_exec_longer_than_the_global_timeout_returns_its_result(sandbox_url):
     with SandboxClient(sandbox_url) as setup:  # create and kill on the usual timeout
         sid = setup.create("busybox", timeout=0).sandboxID
         try:
-            with SandboxClient(sandbox_url, timeout=1.0, retries=0) as client:
+            short = load_settings(http_timeout_s=1.0, sandbox={"url": sandbox_url})
+            with SandboxClient.from_settings(short, retries=0) as client:
+                assert client.timeout == 1.0  # K3STACK_HTTP_TIMEOUT_S, the global timeout
                 out = client.exec(sid, "sleep 3; echo done", timeout=30)
                 assert isinstance(out, sb.ExecOutput)
                 assert (out.exit_code, out.stdout, out.timed_out) == (0, "done\n", False)
