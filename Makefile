@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help docs openapi stress
+.PHONY: demo test setup system venv lint format bench clean help docs stress openapi
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
@@ -15,8 +15,8 @@ help:
 	@echo "make setup  - only install (system packages + virtualenv)"
 	@echo "make bench  - run the benchmark scripts under bench/"
 	@echo "make docs   - regenerate the README configuration table"
-	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
 	@echo "make stress - the whole suite with every core kept busy by a CPU burner (flakiness check)"
+	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
 
 setup: system venv
 

@@ -27,7 +27,7 @@ from typing import Any
 from celery import Celery
 from kombu.transport.sqlalchemy import Transport as SQLAlchemyTransport
 
-from shared.settings import Settings, get_settings
+from shared.settings import Settings, check_deployed, get_settings
 
 EMBEDDED_POLLING_INTERVAL_S = 0.1
 EMBEDDED_TRANSPORT = "shared.queue:EmbeddedTransport"
@@ -61,6 +61,7 @@ def _sqlite_dir(url: str) -> Path | None:
 
 def celery_config(service: str, settings: Settings) -> dict[str, Any]:
     """Celery settings of ``service``; creates the embedded SQLite files' folder (lazily)."""
+    check_deployed(settings, service)  # workers refuse the same bad deployed settings the APIs do
     broker = settings.broker_url or ""
     backend = settings.result_backend or ""
     for url in (broker, backend):

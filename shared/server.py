@@ -25,7 +25,11 @@ def serve(service: str, create_app: Callable[[], Any], argv: list[str] | None = 
         print(f"k3stack {service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     section = settings.service(service)
-    app = create_app()
+    try:
+        app = create_app()
+    except SettingsError as exc:  # the deployed-mode refusals (shared.settings.check_deployed)
+        print(f"k3stack {service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     import uvicorn
 

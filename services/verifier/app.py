@@ -58,6 +58,7 @@ def create_app() -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
         app.state.db = db
+        app.state.celery = celery
         app.state.jobs = JobStore(db, JobRow)
         app.state.tasks = register_tasks(celery, app.state.jobs)
         reaper = JobReaper(app.state.jobs, celery, settings.job_reaper_interval_s).start()

@@ -182,6 +182,7 @@ def test_build_contexts_and_dockerfiles_exist(compose: dict[str, Any]) -> None:
         assert context.is_dir(), f"{name}: build context {context} missing"
         dockerfile = context / build.get("dockerfile", "Dockerfile")
         assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
+        assert f"FROM base AS {build['target']}\n" in dockerfile.read_text(), name
     assert built == 2 * len(SERVICE_NAMES)
 
 
@@ -190,7 +191,8 @@ def test_worker_uses_its_service_image_and_build(compose: dict[str, Any]) -> Non
         service, worker = compose["services"][svc], compose["services"][f"{svc}-worker"]
         assert worker["image"] == service["image"]
         assert worker["build"] == service["build"]
-        assert worker["build"]["dockerfile"] == f"services/{svc}/Dockerfile"
+        assert worker["build"]["target"] == svc
+        assert "dockerfile" not in worker["build"]  # the root Dockerfile
         assert worker["environment"] == service["environment"]
 
 

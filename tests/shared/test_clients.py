@@ -3,11 +3,13 @@ happen only for idempotent calls."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -67,9 +69,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server_url():
-    app = create_app("verifier", routers=[router], settings=load_settings())
+@contextlib.contextmanager
+def _serve(app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """Run ``app`` on a real loopback port; yields its base URL."""
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -78,9 +80,17 @@ def server_url():
     while not server.started:
         assert time.monotonic() < deadline, "test server did not start"
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    with _serve(create_app("verifier", routers=[router], settings=load_settings())) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -139,8 +149,20 @@ def test_client_reads_url_and_key_from_settings():
     s = load_settings(verifier={"url": "http://verifier.svc:8003", "api_key": "k"})
     c = VerifierClient.from_settings(s)
     assert c.base_url == "http://verifier.svc:8003"
-    assert c.headers["X-API-Key"] == "k"
     c.close()
+
+
+def test_client_sends_the_api_key_from_settings():
+    """Against a server that requires the key: the one from settings gets through (the route's
+    own 404 comes back), none or another one is refused."""
+    required = load_settings(auth_enabled=True, verifier={"api_key": "k"})
+    with _serve(create_app("verifier", routers=[router], settings=required)) as url:
+        for key, status in (("k", 404), ("wrong", 401), (None, 401)):
+            settings = load_settings(verifier={"url": url, "api_key": key})
+            with VerifierClient.from_settings(settings, retries=0) as c:
+                with pytest.raises(ServiceError) as err:
+                    c.get_json("/missing/widget")
+            assert err.value.status == status, (key, err.value)
 
 
 async def test_async_client_same_semantics(server_url):

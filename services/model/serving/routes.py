@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.model.serving import responses as responses_api
 from services.model.serving.backends.base import Backend
 from services.model.serving.protocol import (
     ChatCompletion,
@@ -95,8 +96,13 @@ def _sse_line(obj: BaseModel | dict[str, Any] | str) -> str:
     return f"data: {data}\n\n"
 
 
-async def _event_stream(agen: AsyncIterator[BaseModel]) -> StreamingResponse:
-    """Start ``agen`` so request errors still answer 4xx, then stream it as server-sent events."""
+async def _event_stream(
+    agen: AsyncIterator[Any],
+    line: Callable[[Any], str] = _sse_line,
+    done: str | None = _sse_line("[DONE]"),
+) -> StreamingResponse:
+    """Start ``agen`` so request errors still answer 4xx, then stream it as server-sent events
+    (each item written by ``line``, then ``done``)."""
     try:
         first = await agen.__anext__()
     except StopAsyncIteration:
@@ -105,19 +111,20 @@ async def _event_stream(agen: AsyncIterator[BaseModel]) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
         try:
             if first is not None:
-                yield _sse_line(first)
+                yield line(first)
             async for item in agen:
-                yield _sse_line(item)
+                yield line(item)
         except OpenAIError as exc:
-            yield _sse_line(exc.body().model_dump())
+            yield line(exc.body().model_dump())
         except Exception as exc:  # noqa: BLE001 - a stream cannot change its status any more
             log.exception("stream failed")
-            yield _sse_line(
+            yield line(
                 OpenAIError(500, f"stream failed: {exc}", type="server_error").body().model_dump()
             )
         finally:
             await agen.aclose()  # type: ignore[attr-defined]
-        yield _sse_line("[DONE]")
+        if done is not None:
+            yield done
 
     return StreamingResponse(
         body(),
@@ -161,6 +168,28 @@ async def create_completion(body: CompletionRequest, request: Request) -> Any:
     if body.stream:
         return await _event_stream(backend.completion_stream(body))
     return await until_disconnect(request, backend.completion(body))
+
+
+@router.post(
+    "/v1/responses",
+    response_model=responses_api.ResponseObject,
+    response_model_exclude_none=True,
+    responses={**_ERRORS, 200: {"content": _SSE, "description": "JSON, or SSE when stream"}},
+    operation_id="createResponse",
+)
+async def create_response(body: responses_api.ResponsesRequest, request: Request) -> Any:
+    """OpenAI's Responses API (input items, function tools, reasoning items, streaming events),
+    answered by the chat engine; nothing is stored."""
+    backend = _backend(request)
+    backend.check_model(body.model)
+    chat = responses_api.to_chat_request(body)
+    if body.stream:
+        events = responses_api.stream_events(
+            body, backend.served_model_name, backend.chat_stream(chat)
+        )
+        return await _event_stream(events, responses_api.sse, done=None)
+    answer = await until_disconnect(request, backend.chat(chat))
+    return responses_api.from_chat(body, answer)
 
 
 @router.get("/v1/models", response_model=ModelList, operation_id="listModels")

@@ -53,6 +53,7 @@ from services.model.serving.protocol import (
     new_id,
 )
 from services.model.serving.sampling import LogitsProcessor, SamplingParams, TokenLogprob
+from services.model.serving.structured import Constraint, StructuredOutputError, chat_constraint
 from services.model.serving.template import Rendered, TemplateError, render_chat
 from services.model.tokenizer.base import END_OF_MSG, Tokenizer, TokenizerError
 
@@ -90,6 +91,7 @@ class _Prompt:
     stop_ids: list[int]
     rendered: Rendered | None = None
     text: str = ""
+    constraint: Constraint | None = None
 
 
 @dataclass
@@ -385,20 +387,20 @@ class ReferenceBackend(Backend):
             ids = rendered.token_ids(self.tokenizer)
         except TokenizerError as exc:
             raise OpenAIError(500, str(exc)) from exc
-        return _Prompt(ids, [self.tokenizer.special_id(END_OF_MSG)], rendered, rendered.text)
+        try:
+            constraint = chat_constraint(req, rendered.mode, self.tokenizer)
+        except StructuredOutputError as exc:
+            raise OpenAIError(400, str(exc), param="response_format") from exc
+        stop_ids = [self.tokenizer.special_id(END_OF_MSG)]
+        return _Prompt(ids, stop_ids, rendered, rendered.text, constraint)
 
     async def _chat_prompt(self, req: ChatCompletionRequest) -> _Prompt:
         return await asyncio.to_thread(self._chat_prompt_sync, req)
 
-    def _processor(self, req: ChatCompletionRequest, prompt: _Prompt) -> LogitsProcessor | None:
-        """The grammar that enforces ``tool_choice`` / ``response_format``, when one applies."""
-        from services.model.serving.structured import chat_constraint
-
-        assert prompt.rendered is not None
-        try:
-            return chat_constraint(req, prompt.rendered.mode, self.tokenizer)
-        except ValueError as exc:
-            raise OpenAIError(400, str(exc), param="tools") from exc
+    @staticmethod
+    def _processor(req: ChatCompletionRequest, prompt: _Prompt) -> LogitsProcessor | None:
+        """A fresh matcher of the grammar enforcing ``tool_choice`` / ``response_format``."""
+        return prompt.constraint.processor() if prompt.constraint is not None else None
 
     def _token_entry(self, lp: TokenLogprob) -> TokenLogprobEntry:
         def top(tid: int, value: float) -> TopLogprob:
