@@ -207,10 +207,16 @@ def trajectories(draw: st.DrawFn) -> Trajectory:
         kind = draw(st.sampled_from(["message", "model", "compaction", "pause"]))
         ts = T0 + timedelta(seconds=i)
         if kind == "message":
-            traj.add_message(
-                ChatMessage(role=draw(st.sampled_from(["system", "user"])), content=draw(_text)),
-                timestamp=ts,
+            parts = st.lists(
+                st.builds(lambda t: {"type": "text", "text": t}, _text)
+                | st.just(
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+                ),
+                min_size=1,
+                max_size=3,
             )
+            role = draw(st.sampled_from(["system", "developer", "user"]))
+            traj.add_message(ChatMessage(role=role, content=draw(_text | parts)), timestamp=ts)
         elif kind == "model":
             n = draw(st.integers(0, 3))
             calls = [_call(f"c{i}-{j}", "shell", {"cmd": draw(_text)}) for j in range(n)]
@@ -284,6 +290,15 @@ def test_recorded_episode_replays_exactly_through_the_replay_engine(tmp_path):
             assert msg.content == recorded.content
             assert answer.choices[0].finish_reason == req.step.generation.finish_reason
             assert answer.usage.prompt_tokens == req.step.generation.usage.prompt_tokens
+            streamed: dict[int, list[str]] = {}
+            for chunk in client.chat.completions.create(**body, stream=True):
+                for d in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                    got = streamed.setdefault(d.index, [d.id, "", ""])
+                    got[1] += d.function.name or ""
+                    got[2] += d.function.arguments or ""
+            assert [tuple(v) for _, v in sorted(streamed.items())] == [
+                (c.id, c.function.name, c.function.arguments) for c in recorded.tool_calls or []
+            ]  # streaming answers the same calls
         # the replay is exact: a context the episode never sent is a miss, not a guess
         wrong = chat_request_body([ChatMessage(role="user", content="something else")], TOOLS)
         with pytest.raises(openai.NotFoundError, match="no recorded answer"):
