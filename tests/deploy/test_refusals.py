@@ -45,7 +45,7 @@ def deployed(clean_k3stack_env: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_a_complete_configuration_starts(deployed: pytest.MonkeyPatch) -> None:
     app = create_app("tools", settings=load_settings())
     assert app.state.settings.mode == "deployed" and app.state.settings.auth_enabled
-    make_celery("tools", load_settings())
+    assert make_celery("tools", load_settings()).conf.broker_url.startswith("redis://")
 
 
 BAD = [
@@ -78,7 +78,9 @@ def test_bad_setting_refuses_start(
     with pytest.raises(SettingsError, match=message):
         create_app("tools", settings=settings)
     with pytest.raises(SettingsError, match=var):
-        make_celery("tools", settings)
+        # The app is configured lazily: the first look at its configuration (what a worker or
+        # a publish does first) is where the refusal comes.
+        _ = make_celery("tools", settings).conf.broker_url
 
 
 def test_local_mode_keeps_its_embedded_defaults(clean_k3stack_env: pytest.MonkeyPatch) -> None:
