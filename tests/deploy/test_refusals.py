@@ -125,3 +125,19 @@ def test_a_real_service_process_exits_naming_the_variable(tmp_path: Path) -> Non
     assert "refuses to start in deployed mode" in result.stderr
     assert "K3STACK_TOOLS__API_KEY is a default" in result.stderr
     assert "K3STACK_DATABASE_URL is not set" in result.stderr
+
+
+def test_secret_files_fill_unset_variables_and_the_environment_wins(
+    deployed: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """K3STACK_SECRETS_DIR (Compose secrets): a file per variable, below the environment."""
+    (tmp_path / "K3STACK_TOOLS__API_KEY").write_text("from-a-file-0123456789\n")
+    (tmp_path / "K3STACK_DATABASE_URL").write_text("postgresql+psycopg://u:p@file-db/k3stack")
+    deployed.delenv("K3STACK_TOOLS__API_KEY")
+    deployed.setenv("K3STACK_SECRETS_DIR", str(tmp_path))
+    s = load_settings()
+    assert s.tools.api_key == "from-a-file-0123456789"  # nested section, stripped
+    assert s.database_url == deployed_env()["K3STACK_DATABASE_URL"]  # the environment wins
+    (tmp_path / "K3STACK_TOOLS__API_KEY").write_text("change-me")
+    with pytest.raises(SettingsError, match="K3STACK_TOOLS__API_KEY is a default"):
+        create_app("tools", settings=load_settings())
