@@ -44,6 +44,9 @@ class ServiceSettings(BaseModel):
         description="API key required in the X-API-Key (or Bearer) header when auth is enabled.",
     )
     workers: int = Field(1, ge=0, le=64, description="Celery worker processes `k3stack up` starts.")
+    queue: str | None = Field(
+        None, description="Celery queue of the service's tasks (default: the service's name)."
+    )
 
     @property
     def base_url(self) -> str:
@@ -111,6 +114,15 @@ class ModelSettings(ServiceSettings):
     )
     startup_timeout_s: float = Field(
         900.0, gt=0, description="How long the sglang engine waits for its server to be ready."
+    )
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest request body the model API reads (413)."
+    )
+    max_queued_requests: int = Field(
+        256,
+        ge=0,
+        description="Requests the reference engine queues beyond max_num_seqs before answering "
+        "429 with Retry-After.",
     )
 
 
@@ -187,6 +199,12 @@ class VerifierSettings(ServiceSettings):
 class OrchestratorSettings(ServiceSettings):
     port: int = Field(8004, ge=0, le=65535, description="TCP port the service listens on.")
     rollout_queue: str = Field("rollouts", description="Celery queue for rollout batches.")
+    lease_s: float = Field(
+        30.0, gt=0, description="An episode's worker lease; a lapsed one is re-queued."
+    )
+    reaper_interval_s: float = Field(
+        5.0, ge=0, description="How often lapsed episode leases are reaped (0 = off)."
+    )
 
 
 class Settings(BaseSettings):
@@ -247,11 +265,47 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         "text", description="text for people, json (one object per line) for collectors."
     )
+    celery_eager: bool = Field(
+        False,
+        description="Run Celery tasks in the calling process instead of on a worker "
+        "(unit tests; never in production).",
+    )
+    job_heartbeat_s: float = Field(
+        5.0, gt=0, description="How often a worker running a job renews the job's heartbeat."
+    )
+    job_lease_s: float = Field(
+        60.0,
+        gt=0,
+        description="A running job whose heartbeat is older than this has lost its worker: "
+        "it is re-queued, or failed (worker_lost) after job_max_attempts.",
+    )
+    job_max_attempts: int = Field(
+        3, ge=1, le=100, description="Most times a job is started (worker losses included)."
+    )
+    job_reaper_interval_s: float = Field(
+        10.0, ge=0, description="How often a service looks for jobs whose worker died (0 = off)."
+    )
     http_timeout_s: float = Field(
         30.0, gt=0, description="Default timeout of inter-service HTTP calls."
     )
     http_retries: int = Field(
         3, ge=0, le=10, description="Retries of idempotent inter-service calls."
+    )
+    llm_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL (…/v1) the platform's judges, NPCs and agent "
+        "policy call (default: the model service's /v1).",
+    )
+    llm_api_key: str | None = Field(
+        None, description="Bearer key for llm_url (default: the model service's API key)."
+    )
+    llm_model: str | None = Field(
+        None, description="Model id those calls ask for (default: model.served_model_name)."
+    )
+    llm_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Timeout of one model call (a whole generation), not http_timeout_s.",
     )
 
     model: ModelSettings = Field(default_factory=ModelSettings)
@@ -280,6 +334,10 @@ class Settings(BaseSettings):
         if name not in SERVICE_NAMES:
             raise SettingsError(f"unknown service {name!r}; choose one of {SERVICE_NAMES}")
         return getattr(self, name)
+
+    def service_queue(self, name: str) -> str:
+        """The Celery queue a service's tasks go to (``K3STACK_<SERVICE>__QUEUE``)."""
+        return self.service(name).queue or name
 
     def ensure_dirs(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -42,23 +42,6 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from services.sandbox.api.schemas import (
-    Checkpoint,
-    EntryInfo,
-    ExecBody,
-    ExecOutput,
-    ExecStreamEvent,
-    GCReport,
-    Lifecycle,
-    NewSandbox,
-    NewTemplate,
-    RuntimeInfo,
-    Sandbox,
-    SandboxDetail,
-    SandboxForkResult,
-    Template,
-    TemplateStep,
-)
 from services.sandbox.lifecycle.runtimes import RUNTIME_ORDER, pick_runtime
 from services.sandbox.models import CheckpointRow, SandboxRow, TemplateRow
 from services.sandbox.runtime.base import (
@@ -79,6 +62,24 @@ from services.sandbox.runtime.base import (
     UnsupportedOperation,
     VMHandle,
     normalize_guest_path,
+)
+from shared.contracts.sandbox import (
+    Checkpoint,
+    EntryInfo,
+    ExecBody,
+    ExecOutput,
+    ExecStreamEvent,
+    GCReport,
+    Lifecycle,
+    NewSandbox,
+    NewTemplate,
+    PortForward,
+    RuntimeInfo,
+    Sandbox,
+    SandboxDetail,
+    SandboxForkResult,
+    Template,
+    TemplateStep,
 )
 from shared.db import ServiceDatabase
 from shared.errors import APIError, Error, not_found
@@ -230,7 +231,7 @@ class SandboxManager:
         self._gate = _Gate()
         self._holds: Counter[str] = Counter()
         self._holds_lock = threading.Lock()
-        self._last_gc = time.monotonic()
+        self._last_gc = clock()
 
     # ------------------------------------------------------------------ start / stop
 
@@ -303,6 +304,15 @@ class SandboxManager:
 
     def workdir(self, sandbox_id: str) -> Path:
         return self.data_dir / "vms" / sandbox_id
+
+    def running_ids(self) -> list[str]:
+        """Ids of the sandboxes this manager holds running."""
+        return list(self._live)
+
+    def live_handle(self, sandbox_id: str) -> VMHandle | None:
+        """The runtime handle of a running sandbox (None unless running here)."""
+        live = self._live.get(sandbox_id)
+        return live.handle if live else None
 
     # ------------------------------------------------------------------ runtimes
 
@@ -628,6 +638,10 @@ class SandboxManager:
 
         return gen()
 
+    def expose_port(self, sandbox_id: str, port: int) -> PortForward:
+        with self._guest_op(sandbox_id) as live:
+            return PortForward(port=port, host=live.runtime.expose_port(live.handle, port))
+
     def kill_process(self, sandbox_id: str, pid: int, signal: int) -> None:
         with self._guest_op(sandbox_id) as live:
             live.runtime.kill_process(live.handle, pid, signal)
@@ -700,7 +714,7 @@ class SandboxManager:
             created_at=_aware(m.created_at) or self.clock(), info=info,
         )  # fmt: skip
 
-    def _manifest(self, checkpoint_id: str) -> CheckpointManifest:
+    def manifest(self, checkpoint_id: str) -> CheckpointManifest:
         with self.db.session() as s:
             row = s.get(CheckpointRow, checkpoint_id)
             if row is None:
@@ -726,7 +740,7 @@ class SandboxManager:
     ) -> CheckpointRow:
         with self.db.session() as s:
             head = self._row(s, sandbox_id).head_checkpoint_id
-        parent = self._manifest(head) if head else None
+        parent = self.manifest(head) if head else None
         with runtime_errors(sandbox_id):
             m = live.runtime.checkpoint(live.handle, parent, self.store)
         with self.db.session() as s:
@@ -785,7 +799,7 @@ class SandboxManager:
         return self.lineage(head) if head else []
 
     def _chain(self, checkpoint_id: str) -> list[CheckpointManifest]:
-        return [self._manifest(c.id) for c in self.lineage(checkpoint_id)]
+        return [self.manifest(c.id) for c in self.lineage(checkpoint_id)]
 
     # ------------------------------------------------------------------ pause / resume
 
@@ -1237,8 +1251,9 @@ class SandboxManager:
         garbage collection). Returns what it did."""
         done = self._tick()
         every = self.settings.gc_interval_s
-        if every > 0 and time.monotonic() - self._last_gc >= every:
-            self._last_gc = time.monotonic()
+        now = self.clock()
+        if every > 0 and (now - self._last_gc).total_seconds() >= every:
+            self._last_gc = now
             try:
                 self.collect_garbage()
             except Exception:  # noqa: BLE001 - the next interval tries again
