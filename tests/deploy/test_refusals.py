@@ -45,7 +45,7 @@ def deployed(clean_k3stack_env: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_a_complete_configuration_starts(deployed: pytest.MonkeyPatch) -> None:
     app = create_app("tools", settings=load_settings())
     assert app.state.settings.mode == "deployed" and app.state.settings.auth_enabled
-    make_celery("tools", load_settings())
+    assert make_celery("tools", load_settings()).conf.broker_url == "redis://:pw@redis:6379/0"
 
 
 BAD = [
@@ -78,7 +78,7 @@ def test_bad_setting_refuses_start(
     with pytest.raises(SettingsError, match=message):
         create_app("tools", settings=settings)
     with pytest.raises(SettingsError, match=var):
-        make_celery("tools", settings)
+        _ = make_celery("tools", settings).conf.broker_url  # the worker configures itself
 
 
 def test_local_mode_keeps_its_embedded_defaults(clean_k3stack_env: pytest.MonkeyPatch) -> None:
