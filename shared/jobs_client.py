@@ -5,7 +5,7 @@ The host class provides ``request(method, path, **kw) -> httpx.Response`` that r
 non-2xx answer (``shared.clients.ServiceClient`` does); the mixin adds typed job calls and
 :meth:`JobsClient.wait_job`, which polls with exponential backoff until the job finishes::
 
-    class VerifierClient(JobsClient, ServiceClient): ...
+    class VerifierClient(ServiceClient, JobsClient): ...
     job = client.wait_job(client.create_job(...).id, timeout_s=120)
 """
 
@@ -36,8 +36,8 @@ def _job_path(job_id: str, suffix: str = "") -> str:
 
 
 class JobsClient:
-    """Typed ``/jobs`` calls for a synchronous service client (put it first in the bases:
-    ``class VerifierClient(JobsClient, ServiceClient)``); the host provides ``request``."""
+    """Typed ``/jobs`` calls for a synchronous service client; the host class provides
+    ``request`` (``class VerifierClient(ServiceClient, JobsClient)``)."""
 
     request: Callable[..., Any]
 
