@@ -31,7 +31,7 @@ def _check_request(body: EpisodeCreate, request: Request) -> None:
         from shared.clients import ServiceError
 
         try:
-            request.app.state.services.tools.get_json(f"/scenarios/{body.task.scenario}")
+            request.app.state.services.tools.scenario(body.task.scenario)
         except ServiceError as exc:
             if exc.status == 404:
                 raise bad_request(
