@@ -213,6 +213,7 @@ class Loop:
                 "token_ids": turn.token_ids,
                 "logprobs": turn.logprobs,
                 "prompt_tokens_counted": s["tokens"],
+                "options": turn.options,
             },
         )
         if turn.tool_calls:
@@ -321,14 +322,14 @@ class Loop:
         s["day_steps"] = 0  # a fresh step budget after every move of the clock
         fired = len(out.fired)
         note = f"{fired} new item(s) arrived" if fired else "Nothing new has arrived yet"
-        s["messages"].append(
-            {
-                "role": "user",
-                "content": f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {note}. "
-                "Check your mail, chat and calendar and handle what needs handling; "
-                "say when you are done for now.",
-            }
-        )
+        notice = {
+            "role": "user",
+            "content": f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {note}. "
+            "Check your mail, chat and calendar and handle what needs handling; "
+            "say when you are done for now.",
+        }
+        s["messages"].append(notice)
+        self.emit("user", {"message": notice})
 
     def _clock_item(self, before: datetime, after: datetime, fired: list | None = None) -> None:
         self.s["clock"] = after.isoformat()
@@ -377,6 +378,7 @@ class Loop:
                 "masked": out.masked,
                 "dropped_units": out.dropped_units,
                 "kept_messages": len(out.messages),
+                "context": out.messages,
                 "counter": rt.compactor.counter.name,
             },
         )

@@ -288,6 +288,7 @@ class EpisodeRunner:
                 end=datetime.fromisoformat(scenario["end"]),
                 start=datetime.fromisoformat(scenario["start"]),
             )  # fmt: skip
+        state["tool_specs"] = tools.specs()
         policy = self.policy_override or self._policy(request, world)
         if hasattr(policy, "sections"):
             policy.sections = list(harness.context.summary_sections)
