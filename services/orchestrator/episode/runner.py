@@ -369,19 +369,20 @@ class EpisodeRunner:
         self._emit("score", {"reward": reward, **result})
         state["phase"] = "done"
         self._persist(state)
-        location = None
+        with self.db.session() as s:
+            row = s.get(EpisodeRow, self.id)
+            row.status, row.reward, row.result = "succeeded", reward, result
+            row.progress, row.updated_at = 1.0, now_utc()
+            row.lease_expires_at = None
         try:
             from services.orchestrator.episode.export import write_artifacts
 
             location = write_artifacts(self.db, self.svc, self.id)
         except Exception:  # noqa: BLE001 - the episode is scored even if the artefacts fail
             log.exception("episode %s: writing trajectory/report failed", self.id)
+            return
         with self.db.session() as s:
-            row = s.get(EpisodeRow, self.id)
-            row.status, row.reward, row.result = "succeeded", reward, result
-            row.result_location = location
-            row.progress, row.updated_at = 1.0, now_utc()
-            row.lease_expires_at = None
+            s.get(EpisodeRow, self.id).result_location = location
 
     def _finish_status(self, status: str, code: str | None, message: str | None) -> None:
         with self.db.session() as s:
