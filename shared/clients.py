@@ -32,7 +32,7 @@ from shared.chat import ChatMessage, ToolDefinition
 from shared.contracts import model as m
 from shared.contracts import sandbox as sb
 from shared.contracts import tools as tl
-from shared.contracts.orchestrator import PlatformStatus
+from shared.contracts.orchestrator import Episode, EpisodeCreate, PlatformStatus
 from shared.jobs import JobView
 from shared.jobs_client import AsyncJobsClient, JobsClient
 from shared.settings import Settings, get_settings
@@ -642,6 +642,21 @@ class _OrchestratorOps:
 
     def platform(self) -> PlatformStatus:
         return self.send(Call("GET", "/platform", PlatformStatus))
+
+    def create_episode(self, body: EpisodeCreate | dict[str, Any]) -> Episode:
+        """Queue an episode; poll :meth:`episode` (POST is not retried)."""
+        data = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
+        return self.send(Call("POST", "/episodes", Episode, json=data))
+
+    def episode(self, episode_id: str) -> Episode:
+        return self.send(Call("GET", f"/episodes/{episode_id}", Episode))
+
+    def cancel_episode(self, episode_id: str) -> Episode:
+        return self.send(Call("POST", f"/episodes/{episode_id}/cancel", Episode))
+
+    def episode_trajectory(self, episode_id: str) -> dict[str, Any]:
+        """The versioned trajectory (``shared.trajectory.Trajectory.model_validate`` reads it)."""
+        return self.get_json(f"/episodes/{episode_id}/trajectory")
 
 
 class ModelClient(_ModelOps, ServiceClient):
