@@ -1,14 +1,14 @@
 """docker-compose.yml: valid Compose, complete, and consistent with the code it deploys.
 
 No Docker engine is needed: the file is read with PyYAML (anchors and merge keys resolved),
-interpolated the way Compose does it, validated against the Compose Specification's JSON schema,
-and its environment is fed through the real settings loader.
+interpolated the way Compose does it, validated against the Compose Specification's JSON schema
+(the copy `check-jsonschema` ships as `vendor.compose-spec`, pinned in the test extra), and its
+environment is fed through the real settings loader.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from check_jsonschema.builtin_schemas import get_builtin_schema
 
 from shared.queue import worker_argv
 from shared.settings import (
@@ -28,7 +29,7 @@ from shared.settings import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
-COMPOSE_SCHEMA = REPO_ROOT.parent / "shared" / "schemas" / "compose-spec.json"
+COMPOSE_SCHEMA = "vendor.compose-spec"
 DEFAULT_PORTS = {name: Settings.model_fields[name].default_factory().port for name in SERVICE_NAMES}
 
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}, ${VAR:+alt}, $VAR; $$ is a $.
@@ -82,10 +83,11 @@ def compose(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def validator() -> jsonschema.Draft7Validator:
-    schema = json.loads(COMPOSE_SCHEMA.read_text())
-    jsonschema.Draft7Validator.check_schema(schema)
-    return jsonschema.Draft7Validator(schema)
+def validator() -> jsonschema.protocols.Validator:
+    schema = get_builtin_schema(COMPOSE_SCHEMA)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def _k3stack_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -96,21 +98,22 @@ def _k3stack_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _errors(validator: jsonschema.Draft7Validator, doc: dict[str, Any]) -> list[str]:
+def _errors(validator: jsonschema.protocols.Validator, doc: dict[str, Any]) -> list[str]:
     return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(doc)]
 
 
 # ---- schema --------------------------------------------------------------------------------------
 
 
-def test_schema_file_is_the_compose_spec(validator: jsonschema.Draft7Validator) -> None:
-    assert COMPOSE_SCHEMA.is_file(), f"expected the Compose schema at {COMPOSE_SCHEMA}"
+def test_schema_file_is_the_compose_spec(validator: jsonschema.protocols.Validator) -> None:
+    assert validator.schema["$id"] == "compose_spec.json"
     assert "services" in validator.schema["properties"]
-    assert validator.schema["$schema"].startswith("https://json-schema.org/draft-07")
+    assert validator.schema["title"] == "Compose Specification"
+    assert validator.schema["$schema"].startswith("https://json-schema.org/")
 
 
 def test_compose_file_validates_against_compose_spec(
-    raw: dict[str, Any], compose: dict[str, Any], validator: jsonschema.Draft7Validator
+    raw: dict[str, Any], compose: dict[str, Any], validator: jsonschema.protocols.Validator
 ) -> None:
     assert _errors(validator, raw) == []
     assert _errors(validator, compose) == []
@@ -146,7 +149,7 @@ def _bad_top_level(doc: dict[str, Any]) -> None:
     ids=lambda f: f.__name__.removeprefix("_"),
 )
 def test_schema_rejects_mutated_compose(
-    compose: dict[str, Any], validator: jsonschema.Draft7Validator, mutate: Any
+    compose: dict[str, Any], validator: jsonschema.protocols.Validator, mutate: Any
 ) -> None:
     doc = copy.deepcopy(compose)
     mutate(doc)
@@ -179,6 +182,7 @@ def test_build_contexts_and_dockerfiles_exist(compose: dict[str, Any]) -> None:
         assert context.is_dir(), f"{name}: build context {context} missing"
         dockerfile = context / build.get("dockerfile", "Dockerfile")
         assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
+        assert f"FROM base AS {build['target']}\n" in dockerfile.read_text(), name
     assert built == 2 * len(SERVICE_NAMES)
 
 
@@ -187,7 +191,8 @@ def test_worker_uses_its_service_image_and_build(compose: dict[str, Any]) -> Non
         service, worker = compose["services"][svc], compose["services"][f"{svc}-worker"]
         assert worker["image"] == service["image"]
         assert worker["build"] == service["build"]
-        assert worker["build"]["dockerfile"] == f"services/{svc}/Dockerfile"
+        assert worker["build"]["target"] == svc
+        assert "dockerfile" not in worker["build"]  # the root Dockerfile
         assert worker["environment"] == service["environment"]
 
 

@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
 
-from shared.db import ServiceDatabase, make_engine
+from shared.db import ServiceDatabase
 
 REPO = Path(__file__).resolve().parents[2]
 VERIFIER = REPO / "services/verifier/migrations"
 TOOLS = REPO / "services/tools/migrations"
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-
-
-@pytest.fixture
-def pg_url():
-    """A throwaway database on the local PostgreSQL server."""
-    admin = make_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    name = f"k3test_{uuid.uuid4().hex[:10]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # noqa: BLE001
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for deployed-mode tests: {exc}")
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def _check_two_services_share_one_database(url: str) -> None:

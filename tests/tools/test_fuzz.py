@@ -9,12 +9,10 @@ is ``me``, and the world token rides on every request.
 
 from __future__ import annotations
 
-import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
 
-schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-
-from tests.tools.conftest import create_world, raw_mail  # noqa: E402
+from tests.tools.conftest import create_world, raw_mail
 
 EXAMPLES = 8
 # Deleting or resetting the shared world would only turn later cases into 404s.

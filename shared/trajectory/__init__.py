@@ -1,0 +1,37 @@
+"""Versioned trajectory schema and its exporters; see :mod:`shared.trajectory.schema`."""
+
+from shared.trajectory.schema import (
+    FORMAT_VERSION,
+    CompactionStep,
+    EventResult,
+    Exit,
+    Generation,
+    MessageStep,
+    Metadata,
+    ModelStep,
+    Observation,
+    PausePoint,
+    PauseStep,
+    Request,
+    Step,
+    Trajectory,
+    TrajectoryFormatError,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CompactionStep",
+    "EventResult",
+    "Exit",
+    "Generation",
+    "MessageStep",
+    "Metadata",
+    "ModelStep",
+    "Observation",
+    "PausePoint",
+    "PauseStep",
+    "Request",
+    "Step",
+    "Trajectory",
+    "TrajectoryFormatError",
+]
