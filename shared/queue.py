@@ -106,11 +106,14 @@ def make_celery(service: str, settings: Settings | None = None) -> Celery:
 
 
 def service_queues(service: str, settings: Settings | None = None) -> list[str]:
-    """Queues a service's worker consumes: its own, plus the orchestrator's rollout queue."""
+    """Queues a service's worker consumes: its own, plus the orchestrator's rollout queue and
+    the verifier's per-kind queues."""
     settings = settings or get_settings()
     queues = [settings.service_queue(service)]
     if service == "orchestrator" and settings.orchestrator.rollout_queue not in queues:
         queues.append(settings.orchestrator.rollout_queue)
+    if service == "verifier":
+        queues += [f"{queues[0]}.{kind}" for kind in settings.verifier.job_kinds]
     return queues
 
 

@@ -194,6 +194,11 @@ class VerifierSettings(ServiceSettings):
     chromium_path: Path = Field(
         Path("/usr/bin/chromium"), description="Chromium binary the web verifier drives."
     )
+    job_kinds: list[str] = Field(
+        ["kernel", "submission", "world", "judge"],
+        description="Verification job kinds, each on its own Celery queue <queue>.<kind>.",
+    )
+    kernel_threads: int = Field(1, ge=1, le=256, description="CPU threads a kernel trial may use.")
 
 
 class OrchestratorSettings(ServiceSettings):

@@ -659,4 +659,5 @@ def test_queue_names_and_eager_mode_come_from_settings(monkeypatch):
     assert make_celery("tools", settings).conf.task_default_queue == "tools"
     from shared.queue import service_queues
 
-    assert service_queues("verifier", settings) == ["verify-fast"]
+    kinds = [f"verify-fast.{k}" for k in settings.verifier.job_kinds]
+    assert service_queues("verifier", settings) == ["verify-fast", *kinds]
