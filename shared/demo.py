@@ -101,13 +101,14 @@ def smoke() -> bool:
 
         def scenario() -> str:
             from services.tools.scenarios import get_scenario
-            from services.tools.scenarios.api import WorldAPI
+            from services.tools.scenarios.drive import HTTPDriver
+            from services.tools.scenarios.oracle import run_oracle
 
             name = "hr_onboarding"
             sc = get_scenario(name)
             inst = sc.build(seed=1)
             solved = tools.create_world(name, seed=1)
-            sc.solve(inst, WorldAPI(tools._http, solved["id"], solved["token"], tools.api_key))
+            run_oracle(HTTPDriver(tools._http, solved["id"], solved["token"], tools.api_key), inst)
             done = tools.checks(solved["id"])
             idle = tools.create_world(name, seed=1)
             tools.advance(idle["id"], to=inst.end.isoformat())
