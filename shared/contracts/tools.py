@@ -363,6 +363,7 @@ class OracleStep(BaseModel):
 
     event_id: str = Field(description="The event this step answers.")
     at: datetime
+    app: str = Field(description="The app the tool belongs to (its /worlds/{id}/mcp/{app}).")
     tool: str = Field(description="An MCP tool name of /worlds/{id}/mcp (tools/list).")
     arguments: dict[str, Any]
 

@@ -181,6 +181,7 @@ def test_oracle_over_http_and_its_replayable_plan(tools_client) -> None:
     assert resp.status_code == 200, resp.text
     plan = OraclePlan.model_validate(resp.json())
     assert plan.steps and all(s.tool and s.at for s in plan.steps)
+    assert {s.app for s in plan.steps} == {"gmail", "slack", "notion", "calendar"}
     fresh = create_world(tools_client, name, seed)
     replay(HTTPDriver(tools_client, fresh.id, fresh.token), plan.steps, plan.end)
     report = tools_client.get(f"/worlds/{fresh.id}/checks").json()
@@ -206,3 +207,16 @@ def test_generated_pages_are_current() -> None:
         assert "```mermaid" in text and "-->|" in text
         assert text == docs.page(instance(name, docs.SEED)), f"{name}: regenerate the pages"
     assert (docs.HERE / "README.md").read_text() == docs.index()
+
+
+def test_the_older_oracle_entry_point_still_solves(tools_client) -> None:
+    """``scenarios.story.run_oracle(oracle, end, WorldAPI)`` (the older entry point) runs
+    today's oracle over HTTP; every step also carries its app-level ``do`` form."""
+    from services.tools.scenarios.story import run_oracle as older
+
+    inst = instance("personal_admin", 1)
+    assert all(step.get("do") for steps in inst.oracle.values() for step in steps)
+    w = create_world(tools_client, "personal_admin", 1)
+    older(inst.oracle, inst.end, w.api)
+    report = tools_client.get(f"/worlds/{w.id}/checks").json()
+    assert report["events_passed"] == report["events_total"]

@@ -21,7 +21,10 @@ write at most twice as often as the oracle does in that event's window, plus two
 
 Oracle steps are MCP tool calls (``{"tool": "send_email", "args": {...}}``) whose ids are
 symbolic (``{"$msg": Message-ID}``, ``{"$dm": email}``, ``{"$db": title}``, ...) until
-``scenarios.oracle`` resolves them in a live world.
+``scenarios.oracle`` resolves them in a live world; each also carries its app-level form
+(``{"do": "gmail.reply", "msgid": ..., "to": [...], "body": ...}``; kinds gmail.reply,
+gmail.send, slack.dm, slack.post, notion.add_row, notion.update_row, calendar.insert,
+calendar.update) for planners that map steps onto their own tool sets.
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ class ScenarioSpec(BaseModel):
     @classmethod
     def from_yaml(cls, path: Path) -> ScenarioSpec:
         return cls.model_validate(yaml.safe_load(path.read_text()))
+
+
+def legacy(kind: str, **fields: Any) -> dict[str, Any]:
+    """The step's older, app-level form (``{"do": "gmail.reply", "msgid": ...}``), kept beside
+    the tool call for planners that build their own tool calls from it."""
+    return {"do": kind, **fields}
 
 
 def pd(p: Person) -> dict[str, Any]:
@@ -235,6 +244,7 @@ class Scene:
                 "body": body,
                 "inReplyTo": {"$msg": parent_msgid},
             },
+            **legacy("gmail.reply", msgid=parent_msgid, to=[p.email for p in to], body=body),
         }
 
     @staticmethod
@@ -242,6 +252,7 @@ class Scene:
         return {
             "tool": "send_email",
             "args": {"to": [p.email for p in to], "subject": subject, "body": body},
+            **legacy("gmail.send", to=[p.email for p in to], subject=subject, body=body),
         }
 
     @staticmethod
@@ -249,17 +260,23 @@ class Scene:
         return {
             "tool": "slack_post_message",
             "args": {"channel_id": {"$dm": to.email}, "text": text},
+            **legacy("slack.dm", email=to.email, text=text),
         }
 
     @staticmethod
     def channel_step(channel: str, text: str) -> dict[str, Any]:
-        return {"tool": "slack_post_message", "args": {"channel_id": f"#{channel}", "text": text}}
+        return {
+            "tool": "slack_post_message",
+            "args": {"channel_id": f"#{channel}", "text": text},
+            **legacy("slack.post", channel=f"#{channel}", text=text),
+        }
 
     def row_step(self, db: str, values: dict[str, Any]) -> dict[str, Any]:
         props = row_properties(values, self.databases[db]["properties"])
         return {
             "tool": "API-post-page",
             "args": {"parent": {"database_id": {"$db": db}}, "properties": props},
+            **legacy("notion.add_row", database=db, properties=props),
         }
 
     def update_step(self, db: str, title: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +284,13 @@ class Scene:
         return {
             "tool": "API-patch-page",
             "args": {"page_id": {"$page": [db, title]}, "properties": props},
+            **legacy(
+                "notion.update_row",
+                database=db,
+                title_property="Name",
+                title=title,
+                properties=props,
+            ),
         }
 
     # --- compile --------------------------------------------------------------------------

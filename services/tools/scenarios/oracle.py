@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.tools.mcp.registry import tools_for
 from services.tools.scenarios.drive import Driver, ToolFailed, next_due
 from shared.contracts.tools import OracleStep, ScenarioInstance
 
@@ -85,7 +86,11 @@ def run_oracle(driver: Driver, inst: ScenarioInstance) -> list[OracleStep]:
                 driver.call(step["tool"], args)
                 plan.append(
                     OracleStep(
-                        event_id=ev.event_id, at=driver.now(), tool=step["tool"], arguments=args
+                        event_id=ev.event_id,
+                        at=driver.now(),
+                        app=tools_for()[step["tool"]].app,
+                        tool=step["tool"],
+                        arguments=args,
                     )
                 )
         if fresh:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.tools.scenarios.dsl import Scene
+from services.tools.scenarios.dsl import Scene, legacy
 from services.tools.scenarios.generator import day_name
 from shared.contracts.tools import Person, Trigger
 
@@ -133,14 +133,24 @@ def meeting(scene: Scene, i: int) -> None:
 
 
 def _create(topic: str, start: datetime, who: list[Person]) -> dict[str, Any]:
+    end = start + timedelta(minutes=30)
     return {
         "tool": "create-event",
         "args": {
             "summary": topic,
             "start": start.isoformat(),
-            "end": (start + timedelta(minutes=30)).isoformat(),
+            "end": end.isoformat(),
             "attendees": [p.email for p in who],
         },
+        **legacy(
+            "calendar.insert",
+            event={
+                "summary": topic,
+                "start": {"dateTime": start.isoformat()},
+                "end": {"dateTime": end.isoformat()},
+                "attendees": [{"email": p.email} for p in who],
+            },
+        ),
     }
 
 
@@ -152,4 +162,10 @@ def _update(
         args |= {"start": start.isoformat(), "end": (start + timedelta(minutes=30)).isoformat()}
     if attendees is not None:
         args["attendees"] = [p.email for p in attendees]
-    return {"tool": "update-event", "args": args}
+    # the app-level form finds the event by its title, then changes what is given
+    plain = {k: v for k, v in args.items() if k != "eventId"}
+    return {
+        "tool": "update-event",
+        "args": args,
+        **legacy("calendar.update", summary=topic, **plain),
+    }
