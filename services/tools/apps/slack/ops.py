@@ -160,3 +160,56 @@ def posted(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
 def not_posted(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     found = agent_posts(ctx, args)
     return Outcome(not found, {"matching": [f"{x.channel_id}/{x.ts}" for x in found][:10]})
+
+
+# --- what the agent said (for ``say`` checks) ----------------------------------------------
+
+POSTS = ("chat.postMessage", "chat.update", "chat.scheduledMessage.posted")
+
+
+def _audience(ctx: WorldContext, channel_id: str) -> tuple[set[str], str | None]:
+    m = _m()
+    ch = ctx.session.get(m.SlackChannel, (ctx.world_id, channel_id))
+    users = ctx.session.scalars(
+        select(m.SlackUser.email)
+        .join(
+            m.SlackMember,
+            (m.SlackMember.world_id == m.SlackUser.world_id)
+            & (m.SlackMember.user_id == m.SlackUser.id),
+        )
+        .where(m.SlackMember.world_id == ctx.world_id, m.SlackMember.channel_id == channel_id)
+    )
+    name = None if ch is None or ch.kind == "im" else ch.name
+    return {u.lower() for u in users if u}, name
+
+
+def statements(ctx: WorldContext, actions: list[Any]) -> list[Any]:
+    """The agent's posts and edits as statements: the channel (name; None for a DM) and
+    everyone in it."""
+    from services.tools.context import _aware
+    from services.tools.events.ops.say import Statement
+
+    out, audiences = [], {}
+    for act in actions:
+        if act.action not in POSTS:
+            continue
+        p = act.payload or {}
+        ch = p.get("channel", "")
+        if ch not in audiences:
+            audiences[ch] = _audience(ctx, ch)
+        audience, name = audiences[ch]
+        out.append(
+            Statement(
+                "slack", ch, act.seq, _aware(act.at), set(audience), p.get("text", ""), [], name
+            )
+        )
+    return out
+
+
+def agent_addresses(ctx: WorldContext) -> set[str]:
+    m = _m()
+    meta = ctx.session.get(m.SlackMeta, ctx.world_id)
+    if meta is None:
+        return set()
+    user = ctx.session.get(m.SlackUser, (ctx.world_id, meta.agent_user_id))
+    return {user.email} if user is not None and user.email else set()

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from services.tools.apps.slack import actions as slack
+from services.tools.apps.slack import search as slack_search
 from services.tools.context import WorldContext
 from services.tools.mcp.registry import tool
 
@@ -113,7 +114,7 @@ class SearchMessages(BaseModel):
 @tool("slack", "slack_search_messages", SearchMessages, read_only=True)
 def search_messages(ctx: WorldContext, a: SearchMessages) -> Any:
     """Search messages the user can see, with Slack's search modifiers."""
-    return slack.search_messages(ctx, query=a.query, count=a.count, page=a.page)
+    return slack_search.search_messages(ctx, query=a.query, count=a.count, page=a.page)
 
 
 class JoinChannel(BaseModel):

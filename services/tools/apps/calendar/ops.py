@@ -64,8 +64,40 @@ def agent_events(ctx: WorldContext, args: dict[str, Any]) -> list[Any]:
 
 @predicate("calendar.has_event")
 def has_event(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
+    """Between ``min_count`` (1) and ``max_count`` (no limit) events match (see
+    :func:`agent_events`); ``max_count: 0`` makes it a negative check."""
     found = agent_events(ctx, args)
+    hi = args.get("max_count")
     return Outcome(
-        len(found) >= int(args.get("min_count", 1)),
+        len(found) >= int(args.get("min_count", 1)) and (hi is None or len(found) <= int(hi)),
         {"matching": [e.id for e in found][:10], "count": len(found)},
     )
+
+
+@predicate("calendar.no_overlap")
+def no_overlap(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
+    """Negative check: no two confirmed timed events on the agent's primary calendar overlap
+    (the assistant did not double-book)."""
+    from services.tools.apps.calendar.models import CalendarEvent, CalendarMeta
+
+    meta = ctx.session.get(CalendarMeta, ctx.world_id)
+    if meta is None:
+        return Outcome(True, {})
+    spans = sorted(
+        (_aware(e.start_at), _aware(e.end_at), e.id)
+        for e in ctx.session.scalars(
+            select(CalendarEvent).where(
+                CalendarEvent.world_id == ctx.world_id,
+                CalendarEvent.calendar_id == meta.agent_email,
+                CalendarEvent.status != "cancelled",
+            )
+        )
+        if e.start_at is not None and e.end_at is not None
+    )
+    clashes, open_until, holder = [], None, None
+    for start, end, ev_id in spans:
+        if open_until is not None and start < open_until:
+            clashes.append([holder, ev_id])
+        if open_until is None or end > open_until:
+            open_until, holder = end, ev_id
+    return Outcome(not clashes, {"overlapping": clashes[:5]})

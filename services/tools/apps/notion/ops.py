@@ -101,6 +101,16 @@ def _value(prop: dict[str, Any]) -> Any:
     return val
 
 
+def _same(have: Any, want: Any) -> bool:
+    """Numbers compare as numbers (1200 == 1200.0), anything else as text, ignoring case."""
+    if isinstance(want, int | float) and not isinstance(want, bool):
+        try:
+            return have is not None and float(have) == float(want)
+        except (TypeError, ValueError):
+            return False
+    return str(have if have is not None else "").lower() == str(want).lower()
+
+
 @predicate("notion.row")
 def row(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     """A live row of ``database`` (by title) whose title contains ``title`` and whose
@@ -130,9 +140,6 @@ def row(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
         if args.get("title", "").lower() not in title.lower():
             continue
         seen.append(props)
-        if all(
-            str(props.get(k, "")).lower() == str(v).lower()
-            for k, v in args.get("props", {}).items()
-        ):
+        if all(_same(props.get(k), v) for k, v in args.get("props", {}).items()):
             return Outcome(True, {"row": props})
     return Outcome(False, {"candidates": seen[:5]})

@@ -175,3 +175,39 @@ def resolve_input(ctx: WorldContext, spec: dict[str, Any]) -> list[dict[str, Any
         {"id": m.id, "to": m.to, "subject": m.subject, "text": m.text}
         for m in sent_messages(ctx, spec)
     ]
+
+
+# --- what the agent said (for ``say`` checks) ----------------------------------------------
+
+
+def statements(ctx: WorldContext, actions: list[Any]) -> list[Any]:
+    """The agent's sent mail as statements: the thread, everyone it reached (Bcc too)."""
+    from services.tools.context import _aware
+    from services.tools.events.ops.say import Statement
+
+    out = []
+    for act in actions:
+        if act.action != "messages.send":
+            continue
+        p = act.payload or {}
+        row = ctx.session.get(GmailMessage, (ctx.world_id, p.get("id")))
+        bcc = mime.addresses(row.bcc) if row is not None else []
+        out.append(
+            Statement(
+                "gmail",
+                p.get("threadId", ""),
+                act.seq,
+                _aware(act.at),
+                {a.lower() for a in [*p.get("to", []), *p.get("cc", []), *bcc]},
+                f"{p.get('subject', '')}\n{p.get('text', '')}",
+                list(p.get("thread_msgids", [])),
+            )
+        )
+    return out
+
+
+def agent_addresses(ctx: WorldContext) -> set[str]:
+    from services.tools.apps.gmail.models import GmailMailbox
+
+    box = ctx.session.get(GmailMailbox, ctx.world_id)
+    return {box.email} if box is not None else set()

@@ -1,6 +1,7 @@
 """Colleagues (NPCs) who answer the agent: by script, or through a model endpoint.
 
-A script is a list of branches ``{"if_contains": [...], "text": "..."}`` tried in order
+A script is a list of branches ``{"if_contains": [...], "if_verdict": "approve", "text": …}``
+tried in order
 against the text of the action that triggered the event (the agent's mail); the first whose
 words all appear wins, and a branch without ``if_contains`` is the default. When
 ``K3STACK_TOOLS__NPC_MODEL_URL`` names an OpenAI-compatible endpoint and the effect sets
@@ -16,8 +17,8 @@ from typing import Any
 
 import openai
 
+from services.tools.apps.gmail.ops import deliver, find_by_msgid
 from services.tools.context import WorldContext
-from services.tools.events.ops.gmail import deliver, find_by_msgid
 from services.tools.events.registry import EffectEnv, effect
 from shared.llm import chat_text, openai_client
 
@@ -25,9 +26,16 @@ log = logging.getLogger("k3stack.tools.npc")
 
 
 def choose_script(script: list[dict[str, Any]], text: str) -> str:
+    """The first branch whose ``if_contains`` words all appear and whose ``if_verdict`` (if
+    any) is exactly what the agent's text committed to (see ``events.verdicts``)."""
+    from services.tools.events.verdicts import verdicts
+
     low = text.lower()
+    said = verdicts(text)
     for branch in script:
         needles = [s.lower() for s in branch.get("if_contains", [])]
+        if branch.get("if_verdict") and said != {branch["if_verdict"]}:
+            continue
         if all(n in low for n in needles):
             return branch["text"]
     return ""
