@@ -355,15 +355,15 @@ class EpisodeRunner:
         return wanted[0].get("max_model_len") if wanted else None
 
     def _counter(self, request: EpisodeCreate) -> Any:
-        if request.policy.kind == "openai" and request.policy.base_url is None:
+        """The model service's tokenizer when the policy is the model service (or the oracle,
+        which has no tokenizer of its own) and it answers; else the named approximation."""
+        if request.policy.kind == "openai" and request.policy.base_url is not None:
+            return ApproxTokenCounter()
+        try:
+            self.svc.model.post_json("/v1/tokenize", {"prompt": "probe"})
             return ModelTokenCounter(self.svc.model)
-        if request.policy.kind == "oracle":
-            try:
-                self.svc.model.post_json("/v1/tokenize", {"prompt": "probe"})
-                return ModelTokenCounter(self.svc.model)
-            except Exception:  # noqa: BLE001 - no model service: the approximation, named
-                return ApproxTokenCounter()
-        return ApproxTokenCounter()
+        except Exception:  # noqa: BLE001 - cannot count there: the approximation, named
+            return ApproxTokenCounter()
 
     # -- finish --------------------------------------------------------------------------------
 
