@@ -15,8 +15,8 @@ can start one worker per service with ``-Q <queue>``. ``K3STACK_CELERY_EAGER=1``
 in the caller (unit tests).
 
 Retry policies are explicit: publishing retries a few times within about a second and then
-raises (a job whose enqueue fails is marked failed, see :mod:`shared.jobs`); tasks declare
-their own ``autoretry_for`` / ``max_retries`` / backoff (the job base task does).
+raises (a job whose enqueue fails is marked failed, see :mod:`shared.jobs`); a task's own
+retries are its own policy (``shared.jobs.JobTask``: bounded, with exponential backoff).
 """
 
 from __future__ import annotations

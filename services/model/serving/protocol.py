@@ -192,7 +192,7 @@ class _SamplingFields(_TopRequest):
     store: bool | None = Field(None, description="Accepted; nothing is stored.")
     metadata: dict[str, str] | None = Field(None, description="Accepted and ignored.")
     service_tier: str | None = Field(None, description="Accepted and ignored.")
-    return_token_ids: bool = Field(False, description=_TOKEN_IDS_DOC)
+    return_token_ids: bool | None = Field(None, description=_TOKEN_IDS_DOC)
 
     @field_validator("logit_bias")
     @classmethod

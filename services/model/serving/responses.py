@@ -544,4 +544,6 @@ async def stream_events(
 
 
 def sse(event: dict[str, Any]) -> str:
+    if "type" not in event:  # an error body from the stream helper
+        event = {"type": "error", **event.get("error", {})}
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"

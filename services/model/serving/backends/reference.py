@@ -351,6 +351,20 @@ class ReferenceBackend(Backend):
                 headers={"Retry-After": "1"} if exc.status == 429 else None,
             ) from exc
 
+    async def _start_all(
+        self, prompt_ids: list[int], params: list[SamplingParams]
+    ) -> list[RequestStream]:
+        """Submit every choice, or none: if one is refused (e.g. 429), abort those already in."""
+        streams: list[RequestStream] = []
+        try:
+            for p in params:
+                streams.append(self._start(prompt_ids, p))
+        except BaseException:
+            for stream in streams:
+                await stream.aclose()
+            raise
+        return streams
+
     async def _outputs(self, stream: RequestStream) -> AsyncIterator[EngineOutput]:
         """The stream's outputs, timed for ``/metrics``; closes it however the caller stops."""
         started = time.monotonic()
@@ -486,19 +500,19 @@ class ReferenceBackend(Backend):
         chunk_id, created = new_id("chatcmpl"), int(time.time())
         runs = [_Run() for _ in range(req.n)]
         # Submit every choice now, so request errors still answer 400 before the first chunk.
-        streams = [
-            self._start(
-                prompt.ids,
+        streams = await self._start_all(
+            prompt.ids,
+            [
                 self._params(
                     req,
                     prompt.stop_ids,
                     logprobs=self._chat_logprobs(req),
                     index=i,
                     processor=self._processor(req, prompt),
-                ),
-            )
-            for i in range(req.n)
-        ]
+                )
+                for i in range(req.n)
+            ],
+        )
 
         def chunk(choice: ChatChunkChoice, first: bool = False) -> ChatCompletionChunk:
             return ChatCompletionChunk(
@@ -554,8 +568,12 @@ class ReferenceBackend(Backend):
                 )
             )
 
-        async for item in merge([one(i) for i in range(req.n)]):
-            yield item
+        try:
+            async for item in merge([one(i) for i in range(req.n)]):
+                yield item
+        finally:
+            for stream in streams:  # idempotent; covers choices whose task never started
+                await stream.aclose()
         if include_usage:
             yield ChatCompletionChunk(
                 id=chunk_id,
@@ -644,12 +662,13 @@ class ReferenceBackend(Backend):
         prompt = await self._completion_prompt(req)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         cid, created = new_id("cmpl"), int(time.time())
-        streams = [
-            self._start(
-                prompt.ids, self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=i)
-            )
-            for i in range(req.n)
-        ]
+        streams = await self._start_all(
+            prompt.ids,
+            [
+                self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=i)
+                for i in range(req.n)
+            ],
+        )
         lasts: list[EngineOutput | None] = [None] * req.n
 
         def chunk(index: int, text: str, finish: str | None = None, **extra: Any) -> Completion:
@@ -682,8 +701,12 @@ class ReferenceBackend(Backend):
                 elif text or extra:
                     yield chunk(index, text, **extra)
 
-        async for item in merge([one(i) for i in range(req.n)]):
-            yield item
+        try:
+            async for item in merge([one(i) for i in range(req.n)]):
+                yield item
+        finally:
+            for stream in streams:
+                await stream.aclose()
         if include_usage:
             yield Completion(
                 id=cid, created=created, model=self.served_model_name, choices=[],
