@@ -100,7 +100,9 @@ def test_bad_candidate(tmp_path: Path, sandbox: SandboxClient) -> None:
         verify_web("counter_todo", tmp_path / "empty", sandbox)
 
 
-def test_web_job_through_the_api_stores_screenshots(sandbox: SandboxClient, tmp_path: Path, monkeypatch) -> None:
+def test_web_job_through_the_api_stores_screenshots(
+    sandbox: SandboxClient, tmp_path: Path, monkeypatch
+) -> None:
     from fastapi.testclient import TestClient
 
     from shared.objectstore import make_object_store
@@ -117,7 +119,10 @@ def test_web_job_through_the_api_stores_screenshots(sandbox: SandboxClient, tmp_
     files = {p.name: p.read_text() for p in (APPS / "correct").iterdir()}
     with TestClient(create_app()) as c:
         assert c.post("/verify/web", json={"task": "nope", "files": files}).status_code == 404
-        assert c.post("/verify/web", json={"task": "counter_todo", "files": {"../x": "y"}}).status_code == 400
+        assert (
+            c.post("/verify/web", json={"task": "counter_todo", "files": {"../x": "y"}}).status_code
+            == 400
+        )
         resp = c.post("/verify/web", json={"task": "counter_todo", "files": files})
         assert resp.status_code == 202, resp.text
         job = c.get(f"/jobs/{resp.json()['id']}").json()
