@@ -195,10 +195,12 @@ class VerifierSettings(ServiceSettings):
         Path("/usr/bin/chromium"), description="Chromium binary the web verifier drives."
     )
     job_kinds: list[str] = Field(
-        ["kernel", "submission", "world", "judge"],
+        ["kernel", "web", "submission", "world", "judge"],
         description="Verification job kinds, each on its own Celery queue <queue>.<kind>.",
     )
-    kernel_threads: int = Field(1, ge=1, le=256, description="CPU threads a kernel trial may use.")
+    web_template: str = Field(
+        "debian", description="Sandbox template web candidates are built and served in."
+    )
 
 
 class OrchestratorSettings(ServiceSettings):
