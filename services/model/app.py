@@ -17,6 +17,8 @@ from fastapi import FastAPI
 from prometheus_client import Gauge
 
 from services.model.serving.backends import Backend, create_backend
+from services.model.serving.limits import BodySizeLimit
+from services.model.serving.metrics import RequestMetrics
 from services.model.serving.routes import install_openai_errors, router
 from shared.app import create_app as create_service_app
 from shared.settings import Settings, get_settings
@@ -25,7 +27,8 @@ log = logging.getLogger("k3stack.model")
 
 
 def _engine_gauges(app: FastAPI) -> None:
-    """Queue depths and token counters of the reference engine, read at scrape time."""
+    """Queue depths, cache usage and token counters of the reference engine, read at scrape
+    time."""
     metrics = app.state.metrics
 
     def reading(key: str):  # type: ignore[no-untyped-def]
@@ -40,6 +43,8 @@ def _engine_gauges(app: FastAPI) -> None:
         ("generated_tokens", "Tokens generated since start."),
         ("computed_tokens", "Tokens run through the model since start."),
         ("preemptions", "Requests preempted for memory since start."),
+        ("aborted", "Requests aborted (client gone) since start."),
+        ("cache_usage", "Fraction of the latent KV cache blocks in use."),
     ):
         gauge = Gauge(f"k3stack_model_engine_{key}", doc, registry=metrics.registry)
         gauge.set_function(reading(key))
@@ -75,4 +80,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.state.ready = False
     install_openai_errors(app)
     _engine_gauges(app)
+    if hasattr(chosen, "metrics"):
+        chosen.metrics = RequestMetrics.create(app.state.metrics.registry)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.model.max_body_bytes)
     return app

@@ -8,8 +8,9 @@ sandbox workdirs under ``<data_dir>/sandbox``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -33,9 +34,11 @@ def create_app(
     runtimes: dict[str, Runtime] | None = None,
     store: ObjectStore | None = None,
     background: bool = True,
+    clock: Callable[[], datetime] | None = None,
 ) -> FastAPI:
-    """The service. Tests pass ``settings``, ``runtimes`` or ``store`` to use their own, and
-    ``background=False`` to drive timeouts and snapshots with ``manager.tick()``."""
+    """The service. Tests pass ``settings``, ``runtimes`` or ``store`` to use their own,
+    ``background=False`` to drive timeouts, snapshots and GC passes with ``manager.tick()``, and
+    ``clock`` (current UTC time) to decide when those are due."""
     settings = settings or get_settings()
     db = ServiceDatabase("sandbox", settings.database_url or "", MIGRATIONS)
 
@@ -48,6 +51,7 @@ def create_app(
             db=db,
             store=store or make_object_store(settings),
             runtimes=runtimes if runtimes is not None else make_runtimes(settings),
+            **({"clock": clock} if clock is not None else {}),
         )
         manager.start(background=background)
         app.state.manager = manager

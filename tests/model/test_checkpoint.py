@@ -93,7 +93,11 @@ def test_language_model_prefix_is_accepted(tiny_dir: Path, tmp_path: Path) -> No
             }
         )
     )
-    load_checkpoint(tmp_path)
+    loaded = load_checkpoint(tmp_path).state_dict()
+    expected = load_checkpoint(tiny_dir).state_dict()
+    assert loaded.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(loaded[name], tensor), name
 
 
 def test_missing_and_unexpected_tensors_are_named(tiny_dir: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -27,15 +28,18 @@ def process_runtime_ready() -> tuple[bool, str]:
 class Service:
     """A started sandbox app and its client; ``restart()`` gives a new instance on the same data."""
 
-    def __init__(self, settings: Settings, runtime: str) -> None:
+    def __init__(
+        self, settings: Settings, runtime: str, clock: Callable[[], datetime] | None = None
+    ) -> None:
         self.settings = settings
         self.runtime = runtime
+        self.clock = clock
         self.client: TestClient | None = None
 
     def start(self) -> TestClient:
         from services.sandbox.app import create_app
 
-        app = create_app(self.settings, background=False)
+        app = create_app(self.settings, background=False, clock=self.clock)
         self.client = TestClient(app)
         self.client.__enter__()
         return self.client
@@ -58,12 +62,11 @@ class Service:
         if self.client is None:
             self.start()
         m = self.manager
-        for sid, live in list(m._live.items()):
+        for sid in m.running_ids():
             try:
-                live.runtime.destroy(live.handle)
+                m.kill(sid)
             except Exception:  # noqa: BLE001 - best effort cleanup
                 pass
-            m._live.pop(sid, None)
         self.stop()
 
 
@@ -71,12 +74,14 @@ class Service:
 def service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
     made: list[Service] = []
 
-    def make(runtime: str = "process", **sandbox: object) -> Service:
+    def make(
+        runtime: str = "process", clock: Callable[[], datetime] | None = None, **sandbox: object
+    ) -> Service:
         settings = load_settings(
             data_dir=tmp_path / "data",
             sandbox={"runtime": runtime, "reaper_interval_s": 3600, **sandbox},
         )
-        svc = Service(settings, runtime)
+        svc = Service(settings, runtime, clock)
         svc.start()
         made.append(svc)
         return svc

@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+from tests.sandbox.waiting import eventually
+
 
 def create(c, **body):  # type: ignore[no-untyped-def]
     r = c.post("/sandboxes", json={"templateID": "busybox", "timeout": 0, **body})
@@ -59,7 +61,7 @@ def test_create_exec_files_pause_resume(proc):
     assert c.post(f"/sandboxes/{sid}/pause").status_code == 204
     d = c.get(f"/sandboxes/{sid}").json()
     assert d["state"] == "paused" and d["head_checkpoint_id"]
-    assert not proc.manager._live
+    assert not proc.manager.running_ids()
     r = c.post(f"/sandboxes/{sid}/resume", json={})
     assert r.status_code == 201 and r.json()["state"] == "running"
     assert c.get(f"/sandboxes/{sid}/files", params={"path": "notes/a.txt"}).content == b"one\n"
@@ -274,13 +276,10 @@ def test_crashed_sandbox_recovers_from_its_last_checkpoint(proc):
     sh(c, sid, "echo saved > f")
     c.post(f"/sandboxes/{sid}/checkpoints")
     sh(c, sid, "echo lost > f")
-    os.kill(m._live[sid].handle.pid, signal.SIGKILL)
-    import time
-
-    for _ in range(100):
-        if not m._live[sid].runtime.is_alive(m._live[sid].handle):
-            break
-        time.sleep(0.01)
+    handle = m.live_handle(sid)
+    os.kill(handle.pid, signal.SIGKILL)
+    rt = m.runtimes["process"]
+    eventually(lambda: not rt.is_alive(handle), what="the sandbox's process gone")
     assert m.tick()["lost"] == [sid]
     d = c.get(f"/sandboxes/{sid}").json()
     assert d["state"] == "paused" and "exited unexpectedly" in d["error"]
@@ -309,19 +308,16 @@ def test_list_connect_timeout_refresh(proc):
 
 
 def test_templates_build_list_use_delete(proc):
-    import time
-
     c = proc.client
     r = c.post("/templates", json={"name": "with-tool", "steps": [
         {"type": "RUN", "args": ["mkdir -p /opt/tool && echo v1 > /opt/tool/VERSION"]},
         {"type": "ENV", "args": ["TOOL_HOME", "/opt/tool"]},
     ]})  # fmt: skip
     assert r.status_code == 202, r.text
-    for _ in range(200):
-        t = c.get("/templates/with-tool").json()
-        if t["buildStatus"] != "building":
-            break
-        time.sleep(0.05)
+    t = eventually(
+        lambda: c.get("/templates/with-tool").json(), lambda t: t["buildStatus"] != "building",
+        what="the template build to end",
+    )  # fmt: skip
     assert t["buildStatus"] == "ready", t
     assert {x["templateID"] for x in c.get("/templates").json()} >= {
         "busybox",
@@ -338,43 +334,36 @@ def test_templates_build_list_use_delete(proc):
     r = c.post(
         "/templates", json={"name": "broken", "steps": [{"type": "RUN", "args": ["exit 4"]}]}
     )
-    for _ in range(200):
-        t = c.get("/templates/broken").json()
-        if t["buildStatus"] != "building":
-            break
-        time.sleep(0.05)
+    t = eventually(
+        lambda: c.get("/templates/broken").json(), lambda t: t["buildStatus"] != "building",
+        what="the template build to end",
+    )  # fmt: skip
     assert t["buildStatus"] == "error" and "exited 4" in t["error"]
     assert c.post("/sandboxes", json={"templateID": "broken"}).status_code == 409
 
 
-def test_sandbox_client_round_trip(proc):
-    from shared.clients import SandboxClient, ServiceError
+def test_guest_port_reachable_from_host(proc):
+    """``GET /sandboxes/{id}/ports/{port}`` on the process runtime: the sandbox has its own
+    network namespace, the forwarder connects inside it."""
+    import httpx
 
-    client = SandboxClient("http://testserver", retries=0)
-    client._http = proc.client  # the app in-process, through the same httpx interface
-    sb = client.create("busybox", timeout=0)
-    sid = sb["sandboxID"]
-    assert client.exec(sid, "echo hi")["stdout"] == "hi\n"
-    assert client.exec(sid, ["printf", "%s", "x y"])["stdout"] == "x y"
-    client.write_file(sid, "a.txt", "data", mode=0o600)
-    assert client.read_file(sid, "a.txt") == b"data"
-    assert client.stat(sid, "a.txt")["mode"] == 0o600
-    events = list(client.exec_stream(sid, "echo streamed"))
-    assert events[0]["kind"] == "start" and events[-1]["exit_code"] == 0
-    ck = client.checkpoint(sid, "one")
-    assert [c["id"] for c in client.lineage(ck["id"])] == [ck["id"]]
-    client.pause(sid)
-    try:
-        client.exec(sid, "true")
-        raise AssertionError("exec on a paused sandbox must fail")
-    except ServiceError as exc:
-        assert exc.status == 409 and exc.error_code == "sandbox_paused"
-    assert client.connect(sid)["state"] == "running"
-    forks = client.fork(sid, count=2, memory=False)
-    assert len(forks) == 2 and all(f["sandbox"] for f in forks)
-    client.kill(sid)
-    try:
-        client.get(sid)
-        raise AssertionError("killed sandbox must be gone")
-    except ServiceError as exc:
-        assert exc.status == 404
+    c = proc.client
+    sid = create(c)
+    sh(c, sid, "mkdir -p www && echo proc-page > www/index.html")
+    sh(c, sid, "busybox httpd -f -p 8000 -h /home/user/www", background=True)
+    r = c.get(f"/sandboxes/{sid}/ports/8000")
+    assert r.status_code == 200, r.text
+    host = r.json()["host"]
+
+    def get() -> str:
+        try:
+            return httpx.get(f"http://{host}/index.html", timeout=10).text
+        except httpx.HTTPError:
+            return ""
+
+    assert eventually(get, what="the guest page") == "proc-page\n"
+    assert c.get(f"/sandboxes/{sid}/ports/0").status_code == 400
+    assert c.post(f"/sandboxes/{sid}/pause").status_code == 204
+    assert c.get(f"/sandboxes/{sid}/ports/8000").status_code == 409
+    with pytest.raises(httpx.HTTPError):  # the forward ended with the sandbox's processes
+        httpx.get(f"http://{host}/index.html", timeout=10)

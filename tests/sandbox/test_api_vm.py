@@ -7,9 +7,9 @@ test dominates, so pause/resume speed matters.
 
 from __future__ import annotations
 
-import time
-
 import pytest
+
+from tests.sandbox.waiting import eventually
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
@@ -32,6 +32,16 @@ def create(c, **body):  # type: ignore[no-untyped-def]
                                    "runtime": "microvm", **body})  # fmt: skip
     assert r.status_code == 201, r.text
     return r.json()["sandboxID"]
+
+
+def count(c, sid, above: int) -> int:  # type: ignore[no-untyped-def]
+    """The in-guest counter once it is past ``above`` (waits for it, generously)."""
+
+    def read() -> int:
+        r = c.get(f"/sandboxes/{sid}/files", params={"path": "/tmp/count"})
+        return int(r.text) if r.status_code == 200 and r.text.strip() else 0
+
+    return eventually(read, lambda n: n > above, what=f"/tmp/count of {sid} above {above}")
 
 
 def sh(c, sid, cmd, **kw):  # type: ignore[no-untyped-def]
@@ -64,16 +74,14 @@ def test_pause_resume_keeps_files_and_processes(vm):  # type: ignore[no-untyped-
     assert sh(c, sid, "echo hello")["stdout"] == "hello\n"
     c.put(f"/sandboxes/{sid}/files", params={"path": "/root/f.txt"}, content=b"kept")
     bg = sh(c, sid, COUNTER, background=True)
-    time.sleep(0.5)
-    pid_before = m._live[sid].handle.pid
+    count(c, sid, above=1)
+    pid_before = m.live_handle(sid).pid
     assert c.post(f"/sandboxes/{sid}/pause").status_code == 204
     assert _gone(pid_before), "the VM process is gone while paused"
     assert c.post(f"/sandboxes/{sid}/resume").status_code == 201
     assert c.get(f"/sandboxes/{sid}/files", params={"path": "/root/f.txt"}).content == b"kept"
-    n1 = int(c.get(f"/sandboxes/{sid}/files", params={"path": "/tmp/count"}).text)
-    time.sleep(0.5)
-    n2 = int(c.get(f"/sandboxes/{sid}/files", params={"path": "/tmp/count"}).text)
-    assert n2 > n1 > 1, "the background process continued counting"
+    n1 = count(c, sid, above=1)
+    count(c, sid, above=n1)  # the background process continues counting
     assert sh(c, sid, f"kill -0 {bg['pid']} && echo alive")["stdout"] == "alive\n"
 
 
@@ -109,7 +117,7 @@ def test_fork_children_continue_from_parent_memory(vm):  # type: ignore[no-untyp
     c = vm.client
     sid = create(c)
     sh(c, sid, COUNTER, background=True)
-    time.sleep(1.0)
+    count(c, sid, above=5)
     r = c.post(f"/sandboxes/{sid}/fork", json={"count": 3})
     assert r.status_code == 201, r.text
     results = r.json()
@@ -119,9 +127,8 @@ def test_fork_children_continue_from_parent_memory(vm):  # type: ignore[no-untyp
     assert all(n > 5 for n in at_fork), f"children continue the parent's count: {at_fork}"
     for i, k in enumerate(kids):
         sh(c, k, f"echo child{i} > /root/who")
-    time.sleep(0.5)
-    later = [int(sh(c, k, "cat /tmp/count")["stdout"]) for k in kids]
-    assert all(b > a for a, b in zip(at_fork, later, strict=True))
+    for k, n in zip(kids, at_fork, strict=True):
+        count(c, k, above=n)  # each child keeps counting on its own
     assert [sh(c, k, "cat /root/who")["stdout"] for k in kids] == [f"child{i}\n" for i in range(3)]
     assert sh(c, sid, "cat /root/who 2>/dev/null || echo none")["stdout"] == "none\n"
     assert c.get(f"/sandboxes/{sid}").json()["state"] == "running"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sandbox.waiting import FakeClock
+
 
 def create(c, **body):  # type: ignore[no-untyped-def]
     r = c.post("/sandboxes", json={"templateID": "busybox", "timeout": 0, **body})
@@ -45,7 +47,7 @@ def keys(svc, prefix: str = "") -> set[str]:  # type: ignore[no-untyped-def]
 
 def blob_keys(svc, ck_id: str) -> set[str]:  # type: ignore[no-untyped-def]
     m = svc.manager
-    return m.runtimes["process"].referenced_keys(m._manifest(ck_id), m.store)
+    return m.runtimes["process"].referenced_keys(m.manifest(ck_id), m.store)
 
 
 def test_killed_sandbox_is_collected_and_shared_objects_survive(proc):
@@ -171,18 +173,25 @@ def test_delete_checkpoint_rules(proc):
     proc.manager.check_invariants()
 
 
-def test_reaper_runs_gc_every_interval(service, monkeypatch):
-    svc = service("process", gc_interval_s=1, gc_grace_s=0)
+def test_reaper_runs_gc_every_interval(service):
+    clock = FakeClock()
+    svc = service("process", clock=clock, gc_interval_s=60, gc_grace_s=0)
     c, m = svc.client, svc.manager
     sid = create(c)
     ck = checkpoint(c, sid)
     assert c.delete(f"/sandboxes/{sid}").status_code == 204
+    clock.advance(59)
     m.tick()
     assert c.get(f"/checkpoints/{ck['id']}").status_code == 200  # interval not yet up
-    monkeypatch.setattr(m, "_last_gc", m._last_gc - 2)
+    clock.advance(1)
     m.tick()
     assert c.get(f"/checkpoints/{ck['id']}").status_code == 404
     assert not keys(svc, "sandbox/")
+    other = create(c)
+    ck2 = checkpoint(c, other)
+    assert c.delete(f"/sandboxes/{other}").status_code == 204
+    m.tick()
+    assert c.get(f"/checkpoints/{ck2['id']}").status_code == 200  # the interval restarted
 
 
 @pytest.mark.vm
@@ -206,8 +215,8 @@ def test_microvm_pages_of_killed_parent_reclaimed_fork_child_restores(service):
     sh(parent, "head -c 3000000 /dev/urandom > /tmp/after")
     later = checkpoint(c, parent)["id"]
     rt = m.runtimes["microvm"]
-    later_keys = rt.referenced_keys(m._manifest(later), m.store)
-    fork_keys = rt.referenced_keys(m._manifest(fork_ck), m.store)
+    later_keys = rt.referenced_keys(m.manifest(later), m.store)
+    fork_keys = rt.referenced_keys(m.manifest(fork_ck), m.store)
     only_later = {k for k in later_keys - fork_keys if k.startswith("pagestore/packs/")}
     assert only_later, "the later checkpoint stored pages of its own"
 

@@ -6,7 +6,6 @@ Missing QEMU or kernel FAILS these tests (run scripts/setup_sandbox.sh); they ar
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from services.sandbox.runtime.base import (
     SandboxSpec,
 )
 from shared.objectstore import LocalObjectStore
+from tests.sandbox.waiting import eventually
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
@@ -26,6 +26,18 @@ COUNTER = (
     "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.tmp; "
     "mv /tmp/count.tmp /tmp/count; sleep 0.05; done"
 )
+
+
+def counter(runtime, h, above: int) -> int:  # type: ignore[no-untyped-def]
+    """The in-guest ``/tmp/fork`` counter once past ``above`` (waits for it, generously)."""
+
+    def read() -> int:
+        try:
+            return int(runtime.read_file(h, "/tmp/fork") or 0)
+        except GuestFileNotFound:
+            return 0
+
+    return eventually(read, lambda n: n > above, what=f"/tmp/fork above {above}")
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +72,8 @@ def _count(runtime, h) -> int:
         return 0
 
 
-def _wait_count_above(runtime, h, n: int, timeout: float = 20.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        c = _count(runtime, h)
-        if c > n:
-            return c
-        time.sleep(0.05)
-    pytest.fail(f"counter did not pass {n} within {timeout} s")
+def _wait_count_above(runtime, h, n: int) -> int:  # type: ignore[no-untyped-def]
+    return eventually(lambda: _count(runtime, h), lambda c: c > n, what=f"counter above {n}")
 
 
 def test_exec_and_files(runtime, vm):
@@ -154,7 +160,7 @@ def test_incremental_checkpoints_restore_a_and_b(runtime, vm, store, tmp_path):
 
 def test_fork_three_children_continue_and_diverge(runtime, vm, store, tmp_path):
     runtime.exec(vm, ExecRequest(cmd=COUNTER.replace("/tmp/count", "/tmp/fork"), background=True))
-    time.sleep(0.5)
+    counter(runtime, vm, above=1)
     ck = runtime.checkpoint(vm, None, store)
     at_fork = int(runtime.read_file(vm, "/tmp/fork"))
     children = []
@@ -165,13 +171,12 @@ def test_fork_three_children_continue_and_diverge(runtime, vm, store, tmp_path):
             n = int(runtime.read_file(c, "/tmp/fork"))
             assert n >= at_fork - 1, (n, at_fork)  # continues from the parent's count
             runtime.write_file(c, "/home/user/who", f"child {i}".encode())
-        time.sleep(0.5)
         for i, c in enumerate(children):
             assert runtime.read_file(c, "/home/user/who") == f"child {i}".encode()
-            assert int(runtime.read_file(c, "/tmp/fork")) > at_fork  # still counting
+            counter(runtime, c, above=at_fork)  # still counting
         with pytest.raises(GuestFileNotFound):
             runtime.read_file(vm, "/home/user/who")  # the parent did not see the children
-        assert int(runtime.read_file(vm, "/tmp/fork")) > at_fork  # the parent keeps running
+        counter(runtime, vm, above=at_fork)  # the parent keeps running
     finally:
         for c in children:
             runtime.destroy(c)

@@ -106,3 +106,49 @@ def test_no_network_by_default(vm, http_servers):  # type: ignore[no-untyped-def
     for url in (f"http://10.0.2.100:{allowed}/", f"http://10.0.2.2:{allowed}/"):
         res = _wget(c, sid, url)
         assert res["exit_code"] != 0 and "hello" not in res["stdout"], (url, res)
+
+
+def _fetch(host: str) -> str:
+    """GET / from a forwarded port; the guest server may still be starting (waits for it)."""
+    import httpx
+
+    from tests.sandbox.waiting import eventually
+
+    def get() -> str:
+        try:
+            return httpx.get(f"http://{host}/index.html", timeout=10).text
+        except httpx.HTTPError:
+            return ""
+
+    return eventually(get, what=f"an answer from {host}")
+
+
+def test_guest_port_reachable_from_host(service):
+    """``GET /sandboxes/{id}/ports/{port}``: a web server in the microVM, fetched from the host."""
+    c = service("microvm").client
+    body = {"templateID": "busybox", "timeout": 0, "runtime": "microvm"}
+    r = c.post("/sandboxes", json={**body, "network": {"mode": "allowlist", "allow": []}})
+    assert r.status_code == 201, r.text
+    sid = r.json()["sandboxID"]
+    r = c.post(
+        f"/sandboxes/{sid}/exec", json={"cmd": "mkdir -p /www && echo vm-page > /www/index.html"}
+    )
+    assert r.json()["exit_code"] == 0, r.text
+    r = c.post(
+        f"/sandboxes/{sid}/exec", json={"cmd": "httpd -f -p 8000 -h /www", "background": True}
+    )
+    assert r.status_code == 200, r.text
+    r = c.get(f"/sandboxes/{sid}/ports/8000")
+    assert r.status_code == 200, r.text
+    host = r.json()["host"]
+    assert host.startswith("127.0.0.1:") and r.json()["port"] == 8000
+    assert _fetch(host) == "vm-page\n"
+    assert c.get(f"/sandboxes/{sid}/ports/8000").json()["host"] == host  # idempotent
+    assert c.get(f"/sandboxes/{sid}/ports/70000").status_code == 400
+
+    r = c.post("/sandboxes", json=body)  # network mode none: no NIC to forward through
+    none_sid = r.json()["sandboxID"]
+    r = c.get(f"/sandboxes/{none_sid}/ports/8000")
+    assert r.status_code == 409 and "allowlist" in r.json()["message"], r.text
+    for s in (sid, none_sid):
+        assert c.delete(f"/sandboxes/{s}").status_code == 204

@@ -212,34 +212,6 @@ def test_management_needs_api_key_when_auth_is_on(tmp_path, monkeypatch) -> None
         get_settings.cache_clear()
 
 
-def test_tools_client_drives_worlds(tools_client) -> None:
-    """shared.clients.ToolsClient against the service over real HTTP (no private seams)."""
-    from shared.clients import ToolsClient
-    from tests.tools.apps_conftest import live_server
-
-    with live_server(tools_client.app) as url, ToolsClient(url) as client:
-        _drive(client)
-
-
-def _drive(client) -> None:  # type: ignore[no-untyped-def]
-    w = client.create_world("empty", 3)
-    client.app(
-        w["id"],
-        w["token"],
-        "POST",
-        "gmail/v1/users/me/messages/send",
-        json={"raw": raw_mail(subject="via client")},
-    )
-    snap = client.snapshot(w["id"])
-    assert client.advance(w["id"], by="1h")["now"].startswith("2025-01-06T09:00")
-    client.restore(w["id"], snap["id"])
-    assert client.state(w["id"], tables=False)["full_hash"] == snap["state_hash"]
-    fork = client.fork(w["id"])
-    assert client.checks(fork["id"])["events_total"] == 0
-    client.delete_world(fork["id"])
-    assert "hr_onboarding" in {s["name"] for s in client.scenarios()}
-
-
 def test_large_snapshots_live_in_the_object_store(tools_client, monkeypatch) -> None:
     """Above the inline limit a snapshot goes to the object store, content-addressed: two
     same-seed worlds' initial states are one object; restore reads it back exactly."""

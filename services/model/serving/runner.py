@@ -96,6 +96,11 @@ class K3Runner:
     def num_free_slots(self) -> int:
         return self.pools.num_free_slots
 
+    @property
+    def cache_usage(self) -> float:
+        """Fraction of the latent KV cache blocks in use (0..1)."""
+        return 1.0 - self.pools.num_free_blocks / self.pools.num_blocks
+
     def allocate(self) -> RequestState:
         return self.pools.allocate()
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from services.sandbox.api.schemas import (
@@ -27,6 +27,7 @@ from services.sandbox.api.schemas import (
     NewCheckpoint,
     NewSandbox,
     NewTemplate,
+    PortForward,
     RestoreRequest,
     ResumedSandbox,
     RuntimeInfo,
@@ -310,6 +311,20 @@ def signal_process(
     """Send a signal (default SIGTERM) to a guest process and its process group."""
     m.kill_process(sandboxID, pid, (body or SignalRequest()).signal)
     return Response(status_code=204)
+
+
+@router.get("/sandboxes/{sandboxID}/ports/{port}", response_model=PortForward,
+            operation_id="getSandboxHost", tags=["exec"], responses=ERRORS_409)  # fmt: skip
+def get_sandbox_host(
+    sandboxID: str,  # noqa: N803
+    port: Annotated[int, Path(ge=1, le=65535, description="Guest TCP port.")],
+    m: Manager,
+) -> PortForward:
+    """A loopback ``host:port`` on the service host that forwards TCP to ``port`` in the guest
+    (E2B's ``get_host``): serve a web app in the sandbox, open it from the host. The guest
+    server must listen on 0.0.0.0. microvm sandboxes need a network device: create them with
+    ``network: {"mode": "allowlist", "allow": []}`` (409 otherwise). 409 unless running."""
+    return m.expose_port(sandboxID, port)
 
 
 # ------------------------------------------------------------------ files

@@ -42,23 +42,6 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from services.sandbox.api.schemas import (
-    Checkpoint,
-    EntryInfo,
-    ExecBody,
-    ExecOutput,
-    ExecStreamEvent,
-    GCReport,
-    Lifecycle,
-    NewSandbox,
-    NewTemplate,
-    RuntimeInfo,
-    Sandbox,
-    SandboxDetail,
-    SandboxForkResult,
-    Template,
-    TemplateStep,
-)
 from services.sandbox.lifecycle.runtimes import RUNTIME_ORDER, pick_runtime
 from services.sandbox.models import CheckpointRow, SandboxRow, TemplateRow
 from services.sandbox.runtime.base import (
@@ -80,10 +63,29 @@ from services.sandbox.runtime.base import (
     VMHandle,
     normalize_guest_path,
 )
+from shared.contracts.sandbox import (
+    Checkpoint,
+    EntryInfo,
+    ExecBody,
+    ExecOutput,
+    ExecStreamEvent,
+    GCReport,
+    Lifecycle,
+    NewSandbox,
+    NewTemplate,
+    PortForward,
+    RuntimeInfo,
+    Sandbox,
+    SandboxDetail,
+    SandboxForkResult,
+    Template,
+    TemplateStep,
+)
 from shared.db import ServiceDatabase
 from shared.errors import APIError, Error, not_found
+from shared.netguard import check_allowlist
 from shared.objectstore import ObjectStore
-from shared.settings import SandboxSettings
+from shared.settings import SandboxSettings, get_settings
 
 log = logging.getLogger("k3stack.sandbox")
 
@@ -100,6 +102,21 @@ def _aware(dt: datetime | None) -> datetime | None:
     if dt is not None and dt.tzinfo is None:
         return dt.replace(tzinfo=UTC)
     return dt
+
+
+def _deployed_fence(runtime: str, allow: list[str], sandbox: SandboxSettings) -> None:
+    """Deployed mode: no `process` runtime unless enabled, no internal allowlist destinations."""
+    if get_settings().mode != "deployed":
+        return
+    if runtime == "process" and not sandbox.allow_process_runtime:
+        raise APIError(
+            409, "unsupported",
+            "runtime 'process' is not a security boundary and is off in deployed mode "
+            "(K3STACK_SANDBOX__ALLOW_PROCESS_RUNTIME=true enables it)",
+        )  # fmt: skip
+    refused = check_allowlist(allow, deployed=True)
+    if refused:
+        raise APIError(400, "invalid_request", refused)
 
 
 @contextmanager
@@ -214,7 +231,7 @@ class SandboxManager:
         self._gate = _Gate()
         self._holds: Counter[str] = Counter()
         self._holds_lock = threading.Lock()
-        self._last_gc = time.monotonic()
+        self._last_gc = clock()
 
     # ------------------------------------------------------------------ start / stop
 
@@ -287,6 +304,15 @@ class SandboxManager:
 
     def workdir(self, sandbox_id: str) -> Path:
         return self.data_dir / "vms" / sandbox_id
+
+    def running_ids(self) -> list[str]:
+        """Ids of the sandboxes this manager holds running."""
+        return list(self._live)
+
+    def live_handle(self, sandbox_id: str) -> VMHandle | None:
+        """The runtime handle of a running sandbox (None unless running here)."""
+        live = self._live.get(sandbox_id)
+        return live.handle if live else None
 
     # ------------------------------------------------------------------ runtimes
 
@@ -425,6 +451,7 @@ class SandboxManager:
             requested = template.runtime
         with runtime_errors():
             rt = pick_runtime(requested, self.settings.runtime, self.runtimes)
+        _deployed_fence(rt.name, req.network.allow, self.settings)
         if req.network.mode == "allowlist" and not rt.capabilities.network_allowlist:
             raise APIError(
                 409, "unsupported",
@@ -611,6 +638,10 @@ class SandboxManager:
 
         return gen()
 
+    def expose_port(self, sandbox_id: str, port: int) -> PortForward:
+        with self._guest_op(sandbox_id) as live:
+            return PortForward(port=port, host=live.runtime.expose_port(live.handle, port))
+
     def kill_process(self, sandbox_id: str, pid: int, signal: int) -> None:
         with self._guest_op(sandbox_id) as live:
             live.runtime.kill_process(live.handle, pid, signal)
@@ -683,7 +714,7 @@ class SandboxManager:
             created_at=_aware(m.created_at) or self.clock(), info=info,
         )  # fmt: skip
 
-    def _manifest(self, checkpoint_id: str) -> CheckpointManifest:
+    def manifest(self, checkpoint_id: str) -> CheckpointManifest:
         with self.db.session() as s:
             row = s.get(CheckpointRow, checkpoint_id)
             if row is None:
@@ -709,7 +740,7 @@ class SandboxManager:
     ) -> CheckpointRow:
         with self.db.session() as s:
             head = self._row(s, sandbox_id).head_checkpoint_id
-        parent = self._manifest(head) if head else None
+        parent = self.manifest(head) if head else None
         with runtime_errors(sandbox_id):
             m = live.runtime.checkpoint(live.handle, parent, self.store)
         with self.db.session() as s:
@@ -768,7 +799,7 @@ class SandboxManager:
         return self.lineage(head) if head else []
 
     def _chain(self, checkpoint_id: str) -> list[CheckpointManifest]:
-        return [self._manifest(c.id) for c in self.lineage(checkpoint_id)]
+        return [self.manifest(c.id) for c in self.lineage(checkpoint_id)]
 
     # ------------------------------------------------------------------ pause / resume
 
@@ -1220,8 +1251,9 @@ class SandboxManager:
         garbage collection). Returns what it did."""
         done = self._tick()
         every = self.settings.gc_interval_s
-        if every > 0 and time.monotonic() - self._last_gc >= every:
-            self._last_gc = time.monotonic()
+        now = self.clock()
+        if every > 0 and (now - self._last_gc).total_seconds() >= every:
+            self._last_gc = now
             try:
                 self.collect_garbage()
             except Exception:  # noqa: BLE001 - the next interval tries again

@@ -37,7 +37,6 @@ Guest paths: absolute POSIX paths in the guest; a relative path is taken relativ
 from __future__ import annotations
 
 import posixpath
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shared.contracts.sandbox import NetworkPolicy
 
 if TYPE_CHECKING:
     from shared.objectstore import ObjectStore
@@ -122,34 +123,6 @@ class CheckpointError(SandboxRuntimeError):
 
 
 # --------------------------------------------------------------------------- specs
-
-_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>[0-9]{1,5})$")
-
-
-class NetworkPolicy(BaseModel):
-    """Guest networking. ``none`` (default): no network device at all. ``allowlist``: a
-    user-mode network whose only reachable destinations are ``allow`` (``host:port``
-    strings); everything else is dropped by the runtime, not by the guest."""
-
-    mode: Literal["none", "allowlist"] = "none"
-    allow: list[str] = Field(
-        default_factory=list, description="host:port destinations reachable from the guest."
-    )
-
-    @field_validator("allow")
-    @classmethod
-    def _check_allow(cls, v: list[str]) -> list[str]:
-        for item in v:
-            m = _HOST_PORT.match(item)
-            if not m or not 0 < int(m["port"]) < 65536:
-                raise ValueError(f"network allow entry {item!r} is not host:port")
-        return v
-
-    @model_validator(mode="after")
-    def _check_mode(self) -> NetworkPolicy:
-        if self.mode == "none" and self.allow:
-            raise ValueError("network.allow given but network.mode is 'none'; use 'allowlist'")
-        return self
 
 
 class SandboxSpec(BaseModel):
@@ -439,6 +412,17 @@ class Runtime(ABC):
         if res.exit_code != 0:
             raise GuestFileError(f"mkdir {p}: {res.stderr.strip()}", path=p)
         return self.stat(h, p)
+
+    def expose_port(self, h: VMHandle, port: int) -> str:
+        """``host:port`` on the host's loopback that forwards TCP to guest ``port`` (E2B's
+        ``get_host``). Idempotent per (sandbox, port); the forward lives as long as the VM
+        process (ask again after a resume, restore or fork). A guest server must listen on
+        ``0.0.0.0`` (microvm: the guest's NIC address is not its loopback).
+
+        Raises:
+            UnsupportedOperation: the runtime or this sandbox's network cannot forward ports.
+        """
+        raise UnsupportedOperation(f"runtime {self.name!r} cannot expose guest ports")
 
     # -- garbage collection (the manager's mark and sweep, see ``SandboxManager.collect_garbage``)
 

@@ -68,6 +68,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
     normalize_guest_path,
 )
+from services.sandbox.runtime.portforward import PortForwarder, connect_in_netns
 
 if TYPE_CHECKING:
     from shared.objectstore import ObjectStore
@@ -246,6 +247,7 @@ class ProcessRuntime(Runtime):
         self.setpriv = shutil.which("setpriv")
         self._lock = threading.Lock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._forwards: dict[tuple[str, int], PortForwarder] = {}
 
     # -- availability and images
 
@@ -539,7 +541,27 @@ class ProcessRuntime(Runtime):
         if not self.is_alive(h):
             raise SandboxNotRunning(f"sandbox {h.sandbox_id} is not running")
 
+    def expose_port(self, h: VMHandle, port: int) -> str:
+        """A host loopback forwarder whose connections are opened inside the sandbox's network
+        namespace (see :mod:`~services.sandbox.runtime.portforward`)."""
+        self._check_alive(h)
+        netns = f"/proc/{h.pid}/ns/net"
+        with self._lock:
+            fwd = self._forwards.get((h.sandbox_id, port))
+            if fwd is None:
+                fwd = PortForwarder(lambda: connect_in_netns(netns, port), f"fwd-{port}")
+                self._forwards[(h.sandbox_id, port)] = fwd
+        return fwd.address
+
+    def _close_forwards(self, sandbox_id: str) -> None:
+        with self._lock:
+            mine = [k for k in self._forwards if k[0] == sandbox_id]
+            forwards = [self._forwards.pop(k) for k in mine]
+        for fwd in forwards:
+            fwd.close()
+
     def stop(self, h: VMHandle) -> None:
+        self._close_forwards(h.sandbox_id)
         if h.pid and _pid_ns(h.pid) == h.data.get("pid_ns"):
             try:
                 os.kill(h.pid, signal_mod.SIGKILL)  # init of the PID namespace: all go with it

@@ -48,6 +48,7 @@ def _reference(s: ModelSettings) -> Backend:
             tokenizer,
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
+            max_queued_requests=s.max_queued_requests,
         )
 
     return ReferenceBackend(

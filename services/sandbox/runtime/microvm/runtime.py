@@ -83,6 +83,7 @@ from services.sandbox.runtime.base import (
     RuntimeUnavailable,
     SandboxNotRunning,
     SandboxSpec,
+    UnsupportedOperation,
     VMHandle,
 )
 from services.sandbox.runtime.microvm.qmp import QMPClient, QMPError
@@ -139,6 +140,7 @@ class _Live:
     last_map: tuple[str, PageMap] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     disk: _Disk | None = None
+    ports: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,6 +167,16 @@ class _Vm:
     qmp: QMPClient
     key: tuple
     disk: Path | None = None
+
+
+def missing_runtime_files() -> list[str]:
+    """Sources the runtime compiles or copies at run time that this installation lacks (a
+    wheel built without them boots nothing, so the probe says so instead of picking microvm)."""
+    from services.sandbox.images.builder import GUEST_DIR
+    from services.sandbox.pagestore.hashing import _SRC as PAGEHASH_SRC
+
+    needed = (GUEST_DIR / "agent.c", GUEST_DIR / "init.sh", PAGEHASH_SRC)
+    return [str(p) for p in needed if not p.is_file()]
 
 
 class MicroVMRuntime(Runtime):
@@ -203,6 +215,9 @@ class MicroVMRuntime(Runtime):
             return False, str(exc)
         if not shutil.which("gcc"):
             return False, f"gcc not found (builds the guest agent): {SETUP_HINT}"
+        missing = missing_runtime_files()
+        if missing:
+            return False, f"files missing from this installation: {', '.join(missing)}"
         return True, f"{qemu}, kernel {k.version}, accel {self._accel or 'auto (probe)'}"
 
     def _require(self) -> None:
@@ -879,6 +894,34 @@ class MicroVMRuntime(Runtime):
 
     def remove(self, h: VMHandle, path: str, recursive: bool = False) -> None:
         self._live_of(h).agent.remove(path, recursive)
+
+    def expose_port(self, h: VMHandle, port: int) -> str:
+        """A user-net ``hostfwd`` added to the running QEMU (HMP ``hostfwd_add``): host
+        ``127.0.0.1:<free port>`` -> the guest's ``10.0.2.15:port``. Needs the sandbox's NIC,
+        i.e. network mode ``allowlist`` (an empty ``allow`` reaches nothing outward)."""
+        if h.spec.network.mode != "allowlist":
+            raise UnsupportedOperation(
+                f"sandbox {h.sandbox_id} has no network device (network mode 'none'); create it "
+                'with network {"mode": "allowlist", "allow": []} to expose guest ports'
+            )
+        live = self._live_of(h)
+        with live.lock:
+            if port in live.ports:
+                return live.ports[port]
+            last = ""
+            for _ in range(8):  # a free port can be taken between probing and binding it
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", 0))
+                    host_port = probe.getsockname()[1]
+                rule = f"hostfwd_add net0 tcp:127.0.0.1:{host_port}-:{port}"
+                try:
+                    last = live.qmp.execute("human-monitor-command", **{"command-line": rule})
+                except (QMPError, OSError) as exc:
+                    raise SandboxNotRunning(f"sandbox {h.sandbox_id}: {exc}") from exc
+                if not (last or "").strip():
+                    live.ports[port] = f"127.0.0.1:{host_port}"
+                    return live.ports[port]
+            raise GuestAgentError(f"QEMU could not forward port {port}: {last.strip()}")
 
 
 def make_runtime(settings: Any = None) -> MicroVMRuntime:

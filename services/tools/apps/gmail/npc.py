@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx
+import openai
 
 from services.tools.apps.gmail.ops import deliver, find_by_msgid
 from services.tools.context import WorldContext
 from services.tools.events.registry import EffectEnv, effect
+from shared.llm import chat_text, openai_client
 
 log = logging.getLogger("k3stack.tools.npc")
 
@@ -47,19 +48,14 @@ def model_reply(url: str, persona: dict[str, Any], thread: str, intent: str) -> 
         f"The conversation so far:\n{thread[-4000:]}"
     )
     try:
-        resp = httpx.post(
-            url.rstrip("/") + "/chat/completions",
-            json={
-                "model": persona.get("model", "default"),
-                "temperature": 0,
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": 300,
-            },
-            timeout=30.0,
+        client = openai_client(base_url=url)  # the platform's one way to call a model
+        messages = [{"role": "user", "content": prompt}]
+        model = persona.get("model", "default")
+        return (
+            chat_text(messages, client=client, model=model, temperature=0, max_tokens=300).strip()
+            or None
         )
-        resp.raise_for_status()
-        return resp.json()["choices"][0]["message"]["content"].strip() or None
-    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError) as exc:
+    except (openai.OpenAIError, KeyError, IndexError, ValueError, TypeError) as exc:
         log.warning("NPC model call failed, using the script: %s", exc)
         return None
 

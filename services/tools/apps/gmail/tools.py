@@ -136,3 +136,16 @@ class NoArgs(BaseModel):
 def list_email_labels(ctx: WorldContext, a: NoArgs) -> Any:
     """List system and user labels."""
     return {"labels": gmail.list_labels(ctx)}
+
+
+class LabelName(BaseModel):
+    name: str = Field(min_length=1, max_length=225, description="The label's name.")
+
+
+@tool("gmail", "get_or_create_label", LabelName)
+def get_or_create_label(ctx: WorldContext, a: LabelName) -> Any:
+    """Find a label by name, creating it when it does not exist; returns the label."""
+    found = gmail.label_id_by_name(ctx, a.name)
+    if found is not None:
+        return gmail.label_json(ctx, found)
+    return gmail.create_label(ctx, {"name": a.name})

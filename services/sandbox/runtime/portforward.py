@@ -1,0 +1,147 @@
+"""Host-side TCP forwarders: a loopback port on the host that reaches a port inside a sandbox.
+
+Used where the runtime has no forwarding of its own (the ``process`` runtime: the sandbox
+lives in its own network namespace, so a guest server on ``127.0.0.1:8000`` is unreachable
+from the host). Each accepted connection gets a socket opened *inside* the sandbox's network
+namespace: a fresh thread enters the namespace (``setns``, which affects only the calling
+thread), connects there, and the socket stays in that namespace after the thread is gone.
+Then bytes are pumped both ways until either side closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import selectors
+import socket
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+CLONE_NEWNET = 0x40000000
+LOOPBACK = "127.0.0.1"
+
+
+def connect_in_netns(netns_path: str, port: int, timeout_s: float = 10.0) -> socket.socket:
+    """A TCP connection to ``127.0.0.1:port`` as seen inside the network namespace at
+    ``netns_path`` (e.g. ``/proc/<pid>/ns/net``)."""
+    result: dict[str, object] = {}
+
+    def enter_and_connect() -> None:
+        try:
+            fd = os.open(netns_path, os.O_RDONLY)
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns({netns_path}): {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            result["sock"] = socket.create_connection((LOOPBACK, port), timeout=timeout_s)
+        except OSError as exc:
+            result["error"] = exc
+
+    t = threading.Thread(target=enter_and_connect, name="k3stack-netns-connect", daemon=True)
+    t.start()
+    t.join(timeout_s + 5)
+    if "sock" in result:
+        sock = result["sock"]
+        assert isinstance(sock, socket.socket)
+        sock.settimeout(None)
+        return sock
+    raise result.get("error") or OSError(f"connect to port {port} in {netns_path} timed out")  # type: ignore[misc]
+
+
+class PortForwarder:
+    """Listens on ``127.0.0.1:<free port>``; every connection is piped to ``connect()``.
+
+    ``close()`` stops listening and ends the open connections."""
+
+    def __init__(self, connect: Callable[[], socket.socket], name: str = "forward") -> None:
+        self._connect = connect
+        self._listener = socket.create_server((LOOPBACK, 0))
+        self.host, self.port = self._listener.getsockname()[:2]
+        self._closed = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._accept_loop, name=f"k3stack-{name}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            upstream = self._connect()
+        except OSError as exc:
+            log.info("port forward %s: guest side refused: %s", self.address, exc)
+            client.close()
+            return
+        with self._lock:
+            if self._closed.is_set():
+                client.close()
+                upstream.close()
+                return
+            self._conns.update((client, upstream))
+        try:
+            _pump(client, upstream)
+        finally:
+            with self._lock:
+                self._conns.discard(client)
+                self._conns.discard(upstream)
+            client.close()
+            upstream.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for s in conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+def _pump(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways; a half-close is passed on, both closed ends the pump."""
+    sel = selectors.DefaultSelector()
+    peer = {a: b, b: a}
+    sel.register(a, selectors.EVENT_READ)
+    sel.register(b, selectors.EVENT_READ)
+    open_sides = 2
+    try:
+        while open_sides:
+            for key, _ in sel.select():
+                src = key.fileobj
+                assert isinstance(src, socket.socket)
+                try:
+                    data = src.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    sel.unregister(src)
+                    open_sides -= 1
+                    with contextlib.suppress(OSError):
+                        peer[src].shutdown(socket.SHUT_WR)
+                    continue
+                try:
+                    peer[src].sendall(data)
+                except OSError:
+                    return
+    finally:
+        sel.close()
