@@ -58,7 +58,7 @@ class K3Runner:
         self.model = model
         self.pools = pools
         self.vocab_size = int(model.config.vocab_size)
-        capacity = pools.num_blocks * pools.block_size
+        capacity = getattr(pools, "max_tokens", None) or pools.num_blocks * pools.block_size
         self.max_model_len = min(max_model_len or capacity, capacity)
 
     @classmethod
@@ -98,7 +98,9 @@ class K3Runner:
 
     @property
     def cache_usage(self) -> float:
-        """Fraction of the latent KV cache blocks in use (0..1)."""
+        """Fraction of the latent KV cache blocks (or pool pages) in use (0..1)."""
+        if hasattr(self.pools, "usage"):
+            return float(self.pools.usage)
         return 1.0 - self.pools.num_free_blocks / self.pools.num_blocks
 
     def allocate(self) -> RequestState:

@@ -122,6 +122,9 @@ class Scheduler:
     # -- one step ----------------------------------------------------------------------------
 
     def schedule(self) -> list[ScheduledChunk]:
+        begin_step = getattr(self.prefix_cache, "begin_step", None)
+        if begin_step is not None:
+            begin_step()
         budget = self.max_num_batched_tokens
         preemptions_before = self.num_preemptions
         batch: list[ScheduledChunk] = []
@@ -191,10 +194,15 @@ class Scheduler:
         start = req.num_computed
         end = min(req.num_tokens, start + budget)
         interval = getattr(self.prefix_cache, "checkpoint_interval", None)
-        if interval and end < req.num_tokens:
+        # Chunks end on checkpoint multiples, the prompt's last one too: the KDA state exists
+        # only at chunk ends, so a prompt's last hash-aligned state is kept at one more step.
+        if interval:
             aligned = (end // interval) * interval
             if aligned > start:
                 end = aligned
+        chunk_stop = getattr(self.prefix_cache, "chunk_stop", None)
+        if chunk_stop is not None:
+            end = chunk_stop(req.prompt_ids, start, end)
         return [req.token(i) for i in range(start, end)]
 
     def _reserve_preempting(
@@ -217,6 +225,8 @@ class Scheduler:
         """Free ``req``'s state and queue it first; it recomputes its tokens when readmitted."""
         log.info("preempting request %s at %d tokens", req.request_id, req.num_tokens)
         self.running.remove(req)
+        if self.prefix_cache is not None and req.num_computed:
+            self.prefix_cache.on_finished(req.all_ids()[: req.num_computed], req.state)
         self.runner.free(req.state)
         req.state, req.num_computed = None, 0
         req.num_preemptions += 1
