@@ -19,6 +19,7 @@ from prometheus_client import Gauge
 from services.model.serving.backends import Backend, create_backend
 from services.model.serving.limits import BodySizeLimit
 from services.model.serving.metrics import RequestMetrics
+from services.model.serving.prefix_cache import PREFIX_CACHE_METRICS
 from services.model.serving.routes import install_openai_errors, router
 from shared.app import create_app as create_service_app
 from shared.settings import Settings, get_settings
@@ -45,6 +46,7 @@ def _engine_gauges(app: FastAPI) -> None:
         ("preemptions", "Requests preempted for memory since start."),
         ("aborted", "Requests aborted (client gone) since start."),
         ("cache_usage", "Fraction of the latent KV cache blocks in use."),
+        *PREFIX_CACHE_METRICS.items(),
     ):
         gauge = Gauge(f"k3stack_model_engine_{key}", doc, registry=metrics.registry)
         gauge.set_function(reading(key))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.model.serving.prefix_cache import PrefixCache
+from services.model.serving.prefix_cache import PrefixCache, prefix_cache_metrics
 from services.model.serving.runner import ModelRunner
 from services.model.serving.sampling import Sampler, SamplingParams, TokenLogprob
 from services.model.serving.scheduler import SchedRequest, Scheduler
@@ -477,4 +477,5 @@ class Engine:
             "preemptions": s.num_preemptions,
             "aborted": s.num_aborted,
             "cache_usage": float(getattr(self.runner, "cache_usage", 0.0)),
+            **prefix_cache_metrics(self.prefix_cache),
         }

@@ -201,6 +201,7 @@ class HybridPrefixCache:
 
     def match(self, token_ids: Sequence[int], state: PagedState) -> int:
         """Restore the longest reusable prefix into the fresh ``state``; returns its length."""
+        self._live[id(state)] = _Track()  # a fresh state: forget any earlier one at this id
         self.stats.lookups += 1
         self.stats.lookup_tokens += len(token_ids)
         hit, matched, pages, ck = self.lookup(token_ids)

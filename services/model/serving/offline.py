@@ -15,7 +15,7 @@ import torch
 
 from services.model.serving.prefix_cache import PrefixCache
 from services.model.serving.runner import ModelRunner
-from services.model.serving.scheduler import SchedRequest, Scheduler
+from services.model.serving.scheduler import AdmissionClass, SchedRequest, Scheduler
 
 __all__ = ["OfflineEngine", "OfflineResult"]
 
@@ -42,7 +42,7 @@ class OfflineEngine:
         max_num_seqs: int = 4,
         max_num_batched_tokens: int = 256,
         prefix_cache: PrefixCache | None = None,
-        **scheduler_kw: object,
+        admission_classes: Sequence[AdmissionClass] = (),
     ) -> None:
         self.runner = runner
         self.prefix_cache = prefix_cache
@@ -51,7 +51,7 @@ class OfflineEngine:
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             prefix_cache=prefix_cache,
-            **scheduler_kw,  # type: ignore[arg-type]
+            admission_classes=admission_classes,
         )
         self.steps = 0
         self._results: dict[int, OfflineResult] = {}

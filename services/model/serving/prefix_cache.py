@@ -36,3 +36,37 @@ class PrefixCache(Protocol):
     def on_finished(self, token_ids: Sequence[int], state: Any) -> None:
         """The request is done; insert what is worth keeping before its state is freed."""
         ...
+
+
+#: The prefix-cache readings on /health and /metrics (``k3stack_model_engine_<key>``).
+PREFIX_CACHE_METRICS = {
+    "prefix_cache_hit_tokens": "Prompt tokens restored from the prefix cache since start.",
+    "prefix_cache_lookup_tokens": "Prompt tokens looked up in the prefix cache since start.",
+    "prefix_cache_hit_rate": "Hit tokens over looked-up tokens since start.",
+    "prefix_cache_recomputed_tokens": "Tokens with cached KV recomputed for want of a KDA state.",
+    "prefix_cache_checkpoints": "KDA checkpoints held.",
+    "prefix_cache_checkpoint_bytes": "Bytes of pool pages the KDA checkpoints hold.",
+    "prefix_cache_evicted_pages": "MLA pages evicted since start.",
+    "prefix_cache_evicted_checkpoints": "KDA checkpoints evicted since start.",
+    "prefix_cache_host_write_bytes": "Bytes written back to the host tier since start.",
+    "prefix_cache_host_read_bytes": "Bytes prefetched from the host tier since start.",
+}
+
+
+def prefix_cache_metrics(cache: object | None) -> dict[str, float]:
+    """The readings above for ``cache`` (zeros without a cache, or one without stats)."""
+    stats = getattr(cache, "stats", None)
+    if stats is None:
+        return dict.fromkeys(PREFIX_CACHE_METRICS, 0.0)
+    return {
+        "prefix_cache_hit_tokens": stats.hit_tokens,
+        "prefix_cache_lookup_tokens": stats.lookup_tokens,
+        "prefix_cache_hit_rate": stats.hit_rate,
+        "prefix_cache_recomputed_tokens": stats.recomputed_tokens,
+        "prefix_cache_checkpoints": getattr(cache, "num_checkpoints", 0),
+        "prefix_cache_checkpoint_bytes": getattr(cache, "checkpoint_bytes", 0),
+        "prefix_cache_evicted_pages": stats.evicted_pages,
+        "prefix_cache_evicted_checkpoints": stats.evicted_checkpoints,
+        "prefix_cache_host_write_bytes": stats.host_write_bytes,
+        "prefix_cache_host_read_bytes": stats.host_read_bytes,
+    }

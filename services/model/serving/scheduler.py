@@ -7,7 +7,9 @@ Each step builds one ragged batch under a token budget (``max_num_batched_tokens
 2. running requests part-way through their prefill get their next chunk;
 3. waiting requests are admitted, first come first served, while the budget, the sequence limit
    and the state pools allow, each with a first prefill chunk (asking the prefix cache, if any,
-   how much of the prompt it already holds).
+   how much of the prompt it already holds). With admission classes (prompt-length buckets,
+   report §5.4.3) each class also has its own prefill-token budget per step, and a request
+   whose class has spent it waits without holding back requests of other classes.
 
 Admission waits rather than fails: a request that finds no free state slot or too few latent
 blocks stays at the head of the queue until a running request finishes. When a running decode
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +61,15 @@ class SchedRequest:
         return self.num_tokens - self.num_computed > 1 or not self.output_ids
 
 
+@dataclass(frozen=True)
+class AdmissionClass:
+    """Prompts of at most ``max_prompt_tokens`` (None: any length) share ``token_budget``
+    prefill tokens per step, so a burst of long prompts uses up only its own class's share."""
+
+    max_prompt_tokens: int | None
+    token_budget: int
+
+
 @dataclass
 class ScheduledChunk:
     """Tokens of one request to run this step; ``samples`` = its last position is new."""
@@ -83,6 +94,7 @@ class Scheduler:
         max_num_batched_tokens: int,
         prefix_cache: PrefixCache | None = None,
         on_preempt: Callable[[SchedRequest], None] | None = None,
+        admission_classes: Sequence[AdmissionClass] = (),
     ) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(
@@ -97,6 +109,18 @@ class Scheduler:
         self.waiting: deque[SchedRequest] = deque()
         self.running: list[SchedRequest] = []
         self.num_preemptions = 0
+        self.classes = list(admission_classes)
+        if self.classes and self.classes[-1].max_prompt_tokens is not None:
+            self.classes.append(AdmissionClass(None, max_num_batched_tokens))
+        #: Per class: requests admitted, and request-steps spent waiting (queueing pressure).
+        self.class_admitted = [0] * len(self.classes)
+        self.class_wait_steps = [0] * len(self.classes)
+
+    def class_of(self, req: SchedRequest) -> int:
+        for k, c in enumerate(self.classes):
+            if c.max_prompt_tokens is None or len(req.prompt_ids) <= c.max_prompt_tokens:
+                return k
+        return 0
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -129,6 +153,7 @@ class Scheduler:
         preemptions_before = self.num_preemptions
         batch: list[ScheduledChunk] = []
         scheduled: set[int] = set()
+        class_left = [c.token_budget for c in self.classes]
 
         # 1. decodes
         for req in list(self.running):
@@ -149,7 +174,10 @@ class Scheduler:
                 break
             if not req.is_prefilling or id(req) in scheduled or req.state is None:
                 continue
-            chunk = self._chunk(req, budget)
+            room = min(budget, class_left[self.class_of(req)]) if self.classes else budget
+            if room <= 0:
+                continue
+            chunk = self._chunk(req, room)
             # Preempting later requests here too means the earliest request always progresses,
             # so prefills can never wait on each other forever.
             taken = self._reserve_preempting(req, len(chunk), scheduled)
@@ -158,12 +186,21 @@ class Scheduler:
             batch.append(ScheduledChunk(req, chunk, taken))
             scheduled.add(id(req))
             budget -= len(chunk)
+            if self.classes:
+                class_left[self.class_of(req)] -= len(chunk)
 
         # 3. admissions (none in a step that had to preempt: memory is short)
         if self.num_preemptions != preemptions_before:
             return batch
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
+        # With admission classes a request whose class has spent its budget waits without
+        # blocking the others behind it; within a class the order stays first come first served.
+        for req in list(self.waiting):
+            if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                break
+            k = self.class_of(req) if self.classes else -1
+            room = min(budget, class_left[k]) if self.classes else budget
+            if room <= 0:
+                continue
             if self.runner.num_free_slots <= 0:
                 break
             try:
@@ -174,20 +211,25 @@ class Scheduler:
             if self.prefix_cache is not None:
                 cached = self.prefix_cache.match(req.all_ids(), state)
             req.state, req.num_computed = state, cached
-            chunk = self._chunk(req, budget)
+            chunk = self._chunk(req, room)
             try:
                 taken = self.runner.reserve(state, len(chunk))
             except PoolExhausted:
                 self.runner.free(state)
                 req.state, req.num_computed = None, 0
                 break
-            self.waiting.popleft()
+            self.waiting.remove(req)
             if not req.admitted_once:
                 req.num_cached, req.admitted_once = cached, True
             self.running.append(req)
             batch.append(ScheduledChunk(req, chunk, taken))
             scheduled.add(id(req))
             budget -= len(chunk)
+            if self.classes:
+                class_left[k] -= len(chunk)
+                self.class_admitted[k] += 1
+        for req in self.waiting if self.classes else ():
+            self.class_wait_steps[self.class_of(req)] += 1
         return batch
 
     def _chunk(self, req: SchedRequest, budget: int) -> list[int]:
