@@ -102,7 +102,9 @@ RUN --mount=type=bind,from=deps-sandbox,source=/wheels,target=/wheels \
 RUN --mount=type=bind,from=code,source=/code,target=/code \
     pip install --no-index --no-deps /code/*.whl
 # Root: QEMU opens /dev/kvm (root:kvm 0660 on the host) and manages guest memory files. The
-# container needs the device only: no --privileged, every capability dropped (docs/deploy.md).
+# container needs the device only: no --privileged, every capability dropped (docs/deploy.md),
+# so root must own what it writes (without CAP_DAC_OVERRIDE it cannot write uid 10001's dirs).
+RUN chown root:root /var/lib/k3stack
 EXPOSE 8001
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('K3STACK_SANDBOX__PORT', '8001') + '/health/live', timeout=4)"]

@@ -17,9 +17,8 @@ same. Results are the services' wire models (:mod:`shared.contracts`).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, TypeVar
 
@@ -33,7 +32,9 @@ from shared.chat import ChatMessage, ToolDefinition
 from shared.contracts import model as m
 from shared.contracts import sandbox as sb
 from shared.contracts import tools as tl
-from shared.contracts.orchestrator import PlatformStatus
+from shared.contracts.orchestrator import Episode, EpisodeCreate, PlatformStatus
+from shared.jobs import JobView
+from shared.jobs_client import AsyncJobsClient, JobsClient
 from shared.settings import Settings, get_settings
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
@@ -335,7 +336,6 @@ class AsyncServiceClient(_Base):
 class _ModelDefaults:
     model: str | None = None
     generation_timeout_s: float | None = 600.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _messages(messages: list[ChatMessage] | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -643,6 +643,21 @@ class _OrchestratorOps:
     def platform(self) -> PlatformStatus:
         return self.send(Call("GET", "/platform", PlatformStatus))
 
+    def create_episode(self, body: EpisodeCreate | dict[str, Any]) -> Episode:
+        """Queue an episode; poll :meth:`episode` (POST is not retried)."""
+        data = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
+        return self.send(Call("POST", "/episodes", Episode, json=data))
+
+    def episode(self, episode_id: str) -> Episode:
+        return self.send(Call("GET", f"/episodes/{episode_id}", Episode))
+
+    def cancel_episode(self, episode_id: str) -> Episode:
+        return self.send(Call("POST", f"/episodes/{episode_id}/cancel", Episode))
+
+    def episode_trajectory(self, episode_id: str) -> dict[str, Any]:
+        """The versioned trajectory (``shared.trajectory.Trajectory.model_validate`` reads it)."""
+        return self.get_json(f"/episodes/{episode_id}/trajectory")
+
 
 class ModelClient(_ModelOps, ServiceClient):
     pass
@@ -694,26 +709,22 @@ class OrchestratorClient(_OrchestratorOps, ServiceClient):
     pass
 
 
-class VerifierClient(ServiceClient):
-    """Verification jobs. (Typed job models arrive with the shared job model, shared/jobs.py.)"""
+class _VerifierOps:
+    """Verification jobs (the shared job model: ``/jobs`` routes, :mod:`shared.jobs_client`
+    adds get/list/cancel/wait)."""
 
     service = "verifier"
+    send: Any
 
-    def create_job(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.post_json("/jobs", {"kind": kind, "payload": payload})
+    def create_job(self, kind: str, payload: dict[str, Any]) -> JobView:
+        body = {"kind": kind, "payload": payload}
+        return self.send(Call("POST", "/jobs", JobView, json=body))
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
-        return self.get_json(f"/jobs/{job_id}")
 
-    def wait_job(self, job_id: str, timeout_s: float = 60.0, poll_s: float = 0.1) -> dict[str, Any]:
-        """Poll until the job succeeds or fails; raises TimeoutError past ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = self.get_job(job_id)
-            if job["status"] in ("succeeded", "failed"):
-                return job
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"verifier job {job_id} still {job['status']} after {timeout_s}s"
-                )
-            time.sleep(poll_s)
+# ServiceClient before the jobs mixin: its ``request`` is the real one.
+class VerifierClient(_VerifierOps, ServiceClient, JobsClient):
+    pass
+
+
+class AsyncVerifierClient(_VerifierOps, AsyncServiceClient, AsyncJobsClient):
+    pass

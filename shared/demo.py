@@ -123,16 +123,16 @@ def smoke() -> bool:
                 f"a do-nothing run {nothing.events_passed}/{nothing.events_total}"
             )
 
-        results.append(_step("tools: a multi-day scenario, solved and left alone", scenario))
+        results.append(_step("tools: a multi-day scenario, one mail vs doing nothing", scenario))
 
     with VerifierClient.from_settings(settings) as verifier:
 
         def job() -> str:
             created = verifier.create_job("echo", {"hello": "k3stack"})
-            done = verifier.wait_job(created["id"], timeout_s=30)  # dicts until shared/jobs.py
+            done = verifier.wait_job(created.id, timeout_s=30)
             return (
-                f"job {done['id'][:8]}… {done['status']} through a Celery worker, "
-                f"sha256 {done['result']['sha256'][:12]}…"
+                f"job {done.id[:8]}… {done.status} through a Celery worker, "
+                f"sha256 {done.result['sha256'][:12]}…"
             )
 
         results.append(_step("verifier: run a job through the queue", job))

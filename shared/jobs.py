@@ -17,9 +17,10 @@ forever). Lifecycle::
   ``attempts`` + 1, an owner token), renews its heartbeat from a background thread while the
   body runs, and writes the outcome: the body's return value (inline JSON, at most
   :data:`MAX_INLINE_RESULT_BYTES`; larger results go to the object store and the body returns
-  :class:`JobOutcome` with ``result_key``), or the error as ``failed`` with a code. Every write
-  is conditional on the row still being this run's, so a cancelled or re-queued job is never
-  overwritten by a late worker.
+  :class:`JobOutcome` with ``result_key``), or the error as ``failed`` with a code
+  (:class:`JobFailed` for your own; :class:`TransientJobError` is retried in the same run with
+  backoff, see :class:`JobTask`). Every write is conditional on the row still being this
+  run's, so a cancelled or re-queued job is never overwritten by a late worker.
 - Cancelling (``POST /jobs/{id}/cancel``) sets ``cancelled`` at once. A queued job's task then
   finds the row cancelled and does not run; a running body stops at its next
   :meth:`JobRun.progress` (or :meth:`JobRun.check`), which raises :class:`JobCancelled`.
@@ -30,7 +31,9 @@ forever). Lifecycle::
   visibility timeout) is caught by the reaper (:func:`reap`, run by :class:`JobReaper` in the
   service): a ``running`` row whose heartbeat is older than ``K3STACK_JOB_LEASE_S`` is
   re-queued, or marked ``failed`` with code ``worker_lost`` once it has been started
-  ``K3STACK_JOB_MAX_ATTEMPTS`` times. No job stays ``running`` without a live worker.
+  ``K3STACK_JOB_MAX_ATTEMPTS`` times. No job stays ``running`` without a live worker. (A
+  ``queued`` job waits for its message; only a broker that loses messages outright can
+  strand one there.)
 - Clients poll with :func:`wait_for_job` (exponential backoff); over HTTP,
   :class:`shared.jobs_client.JobsClient` adds ``get_job`` / ``list_jobs`` / ``cancel_job`` /
   ``wait_job`` to any service client.
@@ -535,16 +538,24 @@ class JobStore:
             error_message=message,
         )
 
-    def release_for_retry(self, job_id: str, owner: str, message: str) -> bool:
-        """Back to ``queued`` (the task's retry message is on its way)."""
+    def note(self, job_id: str, owner: str, message: str) -> bool:
+        """Change the progress message only (and renew the heartbeat)."""
         return self._set(
-            job_id,
-            *self._mine(owner),
-            status=JobStatus.queued.value,
-            owner=None,
-            heartbeat_at=self.clock(),
-            progress_message=message,
+            job_id, *self._mine(owner), progress_message=message, heartbeat_at=self.clock()
         )
+
+    def restart(self, job_id: str, owner: str) -> bool:
+        """Count one more start of the body by the same run (a retry after a transient error)."""
+        m = self.model
+        return self._set(
+            job_id, *self._mine(owner), attempts=m.attempts + 1, heartbeat_at=self.clock()
+        )
+
+    def still_mine(self, job_id: str, owner: str) -> bool:
+        m = self.model
+        with self._session() as s:
+            found = s.scalar(select(m.id).where(m.id == job_id, *self._mine(owner)))
+        return found is not None
 
     # recovery
 
@@ -697,7 +708,11 @@ class JobRun:
 
     def progress(self, fraction: float, message: str = "") -> None:
         """Record progress (also renews the heartbeat); raises :class:`JobCancelled` when the
-        job was cancelled or taken over, so the body stops here."""
+        job was cancelled or taken over, so the body stops here.
+
+        Each call is one UPDATE of the row (about 10 ms on a busy SQLite, ``bench/jobs.py``):
+        report at the pace a person reads, not per token.
+        """
         if self._stopped.is_set() or not self.store.report_progress(
             self.id, self.owner, fraction, message
         ):
@@ -706,12 +721,20 @@ class JobRun:
 
     def check(self) -> None:
         """Raise :class:`JobCancelled` if the job is no longer this run's (no write)."""
-        if self._stopped.is_set():
-            raise JobCancelled(self.id)
-        job = self.store.get(self.id)
-        if job is None or job.status is not JobStatus.running:
+        if self._stopped.is_set() or not self.store.still_mine(self.id, self.owner):
             self._stopped.set()
             raise JobCancelled(self.id)
+
+    def _retry_after(self, seconds: float, message: str) -> None:
+        """Wait out a retry's backoff (heartbeats go on), then count the next start; raises
+        :class:`JobCancelled` if the job is cancelled meanwhile."""
+        if not self.store.note(self.id, self.owner, message) or self._stopped.wait(seconds):
+            self._stopped.set()
+            raise JobCancelled(self.id)
+        if not self.store.restart(self.id, self.owner):
+            self._stopped.set()
+            raise JobCancelled(self.id)
+        self.attempt += 1
 
 
 @contextlib.contextmanager
@@ -747,10 +770,12 @@ class JobTask(Task):
 
     The message's only argument is the job id; the body is called with a :class:`JobRun` and
     returns a JSON value (or a :class:`JobOutcome`). Retry policy, explicit: a body raising
-    :class:`TransientJobError` goes back to ``queued`` and is retried after
+    :class:`TransientJobError` runs again in the same claimed run after
     ``retry_backoff_s * 2**n`` seconds (at most ``retry_backoff_max_s``, jittered), at most
-    ``max_retries`` times; any other exception fails the job at once (code ``task_error``, or
-    the :class:`JobFailed` code).
+    ``max_retries`` times and never beyond ``K3STACK_JOB_MAX_ATTEMPTS`` starts. The job stays
+    ``running`` (heartbeats go on) while it waits, so a worker dying then is an ordinary lost
+    worker, and there is no delayed message to lose. Any other exception fails the job at
+    once (code ``task_error``, or the :class:`JobFailed` code).
     """
 
     job_store: JobStore | None = None
@@ -783,35 +808,44 @@ class JobTask(Task):
             return None
         run = JobRun(store, job_id, owner, claim.payload, claim.attempt)
         with _heartbeats(run, store.policy.heartbeat_s):
+            self._run(run)
+        return None
+
+    def _run(self, run: JobRun) -> None:
+        store, job_id, owner = run.store, run.id, run.owner
+        retries = 0
+        while True:
             try:
                 value = self.run(run)
+                break
             except JobCancelled:
                 log.info("job %s stopped: cancelled or taken over", job_id)
-                return None
+                return
             except TransientJobError as exc:
-                retries = self.request.retries or 0
-                if retries >= self.max_retries:
+                if retries >= self.max_retries or run.attempt >= store.policy.max_attempts:
                     message = f"gave up after {retries} retries: {type(exc).__name__}: {exc}"
                     store.fail(job_id, owner, TASK_ERROR, message)
-                    return None
+                    return
                 countdown = self.retry_countdown(retries)
-                note = f"retry {retries + 1} of {self.max_retries} in {countdown:.1f} s: {exc}"
-                if store.release_for_retry(job_id, owner, note):
-                    raise self.retry(exc=exc, countdown=countdown) from exc
-                return None
+                retries += 1
+                note = f"retry {retries} of {self.max_retries} in {countdown:.1f} s: {exc}"
+                try:
+                    run._retry_after(countdown, note)
+                except JobCancelled:
+                    return
             except JobFailed as exc:
                 store.fail(job_id, owner, exc.code, exc.message)
-                return None
+                return
             except Exception as exc:  # noqa: BLE001 - recorded on the row, the worker goes on
                 log.exception("job %s failed", job_id)
                 store.fail(job_id, owner, TASK_ERROR, f"{type(exc).__name__}: {exc}")
-                return None
+                return
         result, result_key = _inline_result(value)
         try:
             size = len(json.dumps(result))
         except (TypeError, ValueError) as exc:
             store.fail(job_id, owner, TASK_ERROR, f"result is not JSON: {exc}")
-            return None
+            return
         if size > MAX_INLINE_RESULT_BYTES:
             store.fail(
                 job_id,
@@ -820,9 +854,8 @@ class JobTask(Task):
                 f"inline result of {size} bytes exceeds {MAX_INLINE_RESULT_BYTES}; put it in "
                 "the object store and return JobOutcome(result_key=...)",
             )
-            return None
+            return
         store.succeed(job_id, owner, result, result_key)
-        return None
 
 
 # --- the routes --------------------------------------------------------------------------------

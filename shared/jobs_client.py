@@ -5,16 +5,19 @@ The host class provides ``request(method, path, **kw) -> httpx.Response`` that r
 non-2xx answer (``shared.clients.ServiceClient`` does); the mixin adds typed job calls and
 :meth:`JobsClient.wait_job`, which polls with exponential backoff until the job finishes::
 
-    class VerifierClient(JobsClient, ServiceClient): ...
+    class VerifierClient(ServiceClient, JobsClient): ...
     job = client.wait_job(client.create_job(...).id, timeout_s=120)
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
-from shared.jobs import JobPage, JobStatus, JobView, wait_for_job
+from shared.jobs import JobPage, JobStatus, JobTimeout, JobView, wait_for_job
 
 
 def _list_params(
@@ -33,10 +36,10 @@ def _job_path(job_id: str, suffix: str = "") -> str:
 
 
 class JobsClient:
-    """Typed ``/jobs`` calls for a synchronous service client."""
+    """Typed ``/jobs`` calls for a synchronous service client; the host class provides
+    ``request`` (``class VerifierClient(ServiceClient, JobsClient)``)."""
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:  # provided by the host class
-        raise NotImplementedError
+    request: Callable[..., Any]
 
     def get_job(self, job_id: str) -> JobView:
         return JobView.model_validate(self.request("GET", _job_path(job_id)).json())
@@ -73,10 +76,10 @@ class JobsClient:
 
 
 class AsyncJobsClient:
-    """Typed ``/jobs`` calls for an asynchronous service client (``await request(...)``)."""
+    """Typed ``/jobs`` calls for an asynchronous service client; the host provides an async
+    ``request``."""
 
-    async def request(self, method: str, path: str, **kw: Any) -> Any:  # provided by the host
-        raise NotImplementedError
+    request: Callable[..., Awaitable[Any]]
 
     async def get_job(self, job_id: str) -> JobView:
         return JobView.model_validate((await self.request("GET", _job_path(job_id))).json())
@@ -105,11 +108,6 @@ class AsyncJobsClient:
         max_interval_s: float = 5.0,
     ) -> JobView:
         """Poll until the job is finished, sleeping with exponential backoff."""
-        import asyncio
-        import time
-
-        from shared.jobs import JobTimeout
-
         deadline = time.monotonic() + timeout_s
         delay = initial_s
         while True:

@@ -15,8 +15,8 @@ can start one worker per service with ``-Q <queue>``. ``K3STACK_CELERY_EAGER=1``
 in the caller (unit tests).
 
 Retry policies are explicit: publishing retries a few times within about a second and then
-raises (a job whose enqueue fails is marked failed, see :mod:`shared.jobs`); tasks declare
-their own ``autoretry_for`` / ``max_retries`` / backoff (the job base task does).
+raises (a job whose enqueue fails is marked failed, see :mod:`shared.jobs`); a task's own
+retries are its own policy (``shared.jobs.JobTask``: bounded, with exponential backoff).
 """
 
 from __future__ import annotations
@@ -106,11 +106,14 @@ def make_celery(service: str, settings: Settings | None = None) -> Celery:
 
 
 def service_queues(service: str, settings: Settings | None = None) -> list[str]:
-    """Queues a service's worker consumes: its own, plus the orchestrator's rollout queue."""
+    """Queues a service's worker consumes: its own, plus the orchestrator's rollout queue and
+    the verifier's per-kind queues."""
     settings = settings or get_settings()
     queues = [settings.service_queue(service)]
     if service == "orchestrator" and settings.orchestrator.rollout_queue not in queues:
         queues.append(settings.orchestrator.rollout_queue)
+    if service == "verifier":
+        queues += [f"{queues[0]}.{kind}" for kind in settings.verifier.job_kinds]
     return queues
 
 

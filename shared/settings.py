@@ -1,8 +1,9 @@
 """Every k3stack setting, read from ``K3STACK_*`` environment variables in this one place.
 
 Precedence, highest first: values passed to :func:`load_settings` (the CLI uses this), process
-environment, the dotenv file named by ``K3STACK_ENV_FILE`` (default ``.env`` in the working
-directory, if present), then the defaults below. Per-service sections are nested models read with
+environment, files named after the variable in ``K3STACK_SECRETS_DIR`` (Compose secrets), the
+dotenv file named by ``K3STACK_ENV_FILE`` (default ``.env`` in the working directory, if
+present), then the defaults below. Per-service sections are nested models read with
 a double underscore: ``K3STACK_SANDBOX__PORT=9001``. A value of the wrong type stops start-up with
 :class:`SettingsError`, whose message names the variable.
 
@@ -205,6 +206,11 @@ class VerifierSettings(ServiceSettings):
     chromium_path: Path = Field(
         Path("/usr/bin/chromium"), description="Chromium binary the web verifier drives."
     )
+    job_kinds: list[str] = Field(
+        ["kernel", "submission", "world", "judge"],
+        description="Verification job kinds, each on its own Celery queue <queue>.<kind>.",
+    )
+    kernel_threads: int = Field(1, ge=1, le=256, description="CPU threads a kernel trial may use.")
 
 
 class OrchestratorSettings(ServiceSettings):
@@ -259,6 +265,11 @@ class Settings(BaseSettings):
     )
     auth_enabled: bool | None = Field(
         None, description="Require API keys (default: off in local mode, on in deployed mode)."
+    )
+    secrets_dir: Path | None = Field(
+        None,
+        description="Folder of secret files named after their variables (Compose secrets: "
+        "/run/secrets); the environment wins over a file.",
     )
     allow_insecure_no_auth: bool = Field(
         False,
@@ -427,11 +438,33 @@ def _env_name(loc: tuple[Any, ...]) -> str:
     return name
 
 
+def _secret_files(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Settings from files named after their variables in ``$K3STACK_SECRETS_DIR`` (Compose
+    ``secrets:`` mount them under /run/secrets), for variables the environment does not set."""
+    folder = os.environ.get("K3STACK_SECRETS_DIR")
+    if not folder or not Path(folder).is_dir():
+        return overrides
+    merged = dict(overrides)
+    for path in sorted(Path(folder).iterdir()):
+        name = path.name.upper()
+        if not name.startswith(ENV_PREFIX) or name in os.environ or not path.is_file():
+            continue
+        head, _, sub = name.removeprefix(ENV_PREFIX).lower().partition(NESTED_DELIMITER)
+        value = path.read_text().strip()
+        if sub:
+            section = merged.setdefault(head, {})
+            if isinstance(section, dict):
+                section.setdefault(sub, value)
+        else:
+            merged.setdefault(head, value)
+    return merged
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read the settings; a bad value raises :class:`SettingsError` naming its variable."""
     env_file = os.environ.get("K3STACK_ENV_FILE", ".env")
     try:
-        return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+        return Settings(_env_file=env_file, **_secret_files(overrides))  # type: ignore[call-arg]
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

@@ -48,7 +48,7 @@ def _item_html(it: dict[str, Any]) -> str:
         )
     if kind == "clock":
         fired = ", ".join(it.get("fired") or []) or "nothing new"
-        return f'<div class="item clock">⏱ clock {escape(it["from"])} → {escape(it["to"])} · arrived: {escape(fired)}</div>'
+        return f'<div class="item clock">clock {escape(it["from"])} → {escape(it["to"])} · arrived: {escape(fired)}</div>'
     if kind == "compaction":
         return (
             f'<div class="item compaction"><b>compaction ({escape(it.get("policy", ""))})</b> '

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
-from services.orchestrator.episode.export import trajectory
+from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
 from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
 from services.orchestrator.harness.config import HarnessError, load_harness
 from services.orchestrator.report import render_report
 from shared.errors import APIError, bad_request, not_found
+from shared.trajectory import Trajectory
 
 router = APIRouter(tags=["episodes"])
 
@@ -31,7 +30,7 @@ def _check_request(body: EpisodeCreate, request: Request) -> None:
         from shared.clients import ServiceError
 
         try:
-            request.app.state.services.tools.get_json(f"/scenarios/{body.task.scenario}")
+            request.app.state.services.tools.scenario(body.task.scenario)
         except ServiceError as exc:
             if exc.status == 404:
                 raise bad_request(
@@ -66,13 +65,17 @@ def get_episode(episode_id: str, request: Request) -> Episode:
         return episode_view(row)
 
 
-@router.get("/episodes/{episode_id}/trajectory", operation_id="getEpisodeTrajectory")
-def get_trajectory(episode_id: str, request: Request) -> dict[str, Any]:
-    """The episode's trajectory so far: items in order, with segments and boundaries."""
+@router.get(
+    "/episodes/{episode_id}/trajectory", response_model=Trajectory,
+    operation_id="getEpisodeTrajectory",
+)  # fmt: skip
+def get_trajectory(episode_id: str, request: Request) -> Trajectory:
+    """The episode's trajectory so far, in the platform's versioned format (model calls and
+    their observations, compaction boundaries, score and exit)."""
     doc = trajectory(request.app.state.db, episode_id)
     if doc is None:
         raise not_found("episode", episode_id)
-    return doc
+    return to_shared(doc)
 
 
 @router.get(

@@ -1,9 +1,9 @@
 """Verifier service: scores what agents produced.
 
-Wired today: verification jobs on the shared job model (``shared/jobs.py``: rows in
-``verifier_jobs``, run by Celery workers, ``GET /jobs``, ``GET /jobs/{id}``,
-``POST /jobs/{id}/cancel``), of kind ``echo``; the kernel/web verifiers and judges plug in as
-further kinds.
+Verification jobs on the shared job model (``shared/jobs.py``: rows in ``verifier_jobs``, run
+by Celery workers, ``GET /jobs``, ``GET /jobs/{id}``, ``POST /jobs/{id}/cancel``): ``echo``
+here, and ``kernel``, ``submission``, ``world`` and ``judge`` through ``services/verifier/api.py``
+(one Celery queue per kind). ``docs/verifier.md`` describes them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field, ValidationError
 
+from services.verifier.api import router as verify_router
 from services.verifier.models import JobRow
 from services.verifier.tasks import MIGRATIONS, EchoInput, register_tasks
 from shared.app import create_app as create_service_app
@@ -68,7 +69,7 @@ def create_app() -> FastAPI:
 
     return create_service_app(
         "verifier",
-        routers=[router, jobs_router()],
+        routers=[router, verify_router, jobs_router()],
         lifespan=lifespan,
         health_checks={"database": db.ping},
         settings=settings,

@@ -66,12 +66,36 @@ def echo_job(job: JobRun) -> dict:
 @dataclass(frozen=True)
 class VerifierTasks:
     echo: Task
+    kernel: Task
+    submission: Task
+    world: Task
+    judge: Task
+
+    def for_kind(self, kind: str) -> Task:
+        return getattr(self, kind)
+
+
+def kind_queue(kind: str) -> str:
+    """Each verification kind has its own queue, ``<verifier queue>.<kind>``."""
+    return f"{get_settings().service_queue('verifier')}.{kind}"
 
 
 def register_tasks(app: Celery, store: JobStore) -> VerifierTasks:
     """The verifier's job tasks on ``app``, recording into ``store``."""
+    from services.verifier import bodies
+
+    def task(name: str, body) -> Task:  # type: ignore[no-untyped-def]
+        return app.task(base=JobTask, name=f"verifier.{name}", job_store=store, max_retries=0)(body)
+
+    def submission_body(job: JobRun) -> dict:
+        return bodies.submission_job(job, store.database)
+
     return VerifierTasks(
         echo=app.task(base=JobTask, name="verifier.echo", job_store=store)(echo_job),
+        kernel=task("kernel", bodies.kernel_job),
+        submission=task("submission", submission_body),
+        world=task("world", bodies.world_job),
+        judge=task("judge", bodies.judge_job),
     )
 
 

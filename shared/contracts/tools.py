@@ -30,16 +30,22 @@ class Effect(BaseModel):
 
 
 class Trigger(BaseModel):
-    """Arm an event when an action matching this lands in the world's action log.
+    """What arms a triggered event (or, as an event's ``unless``, what averts it).
 
-    ``where`` is matched against the action's payload: a scalar must be equal (strings
-    case-insensitively), and when the payload value is a list it must contain the scalar.
-    The event then fires ``delay_minutes`` after the action, or at ``next_morning`` (HH:MM)
-    of the following day when that is set.
+    Either an action in the world's action log (``app`` + ``action``; ``actor`` is a glob:
+    ``agent`` for the assistant, ``event:*`` for what events and NPCs do), or another event
+    firing (``after_event``). ``where`` is matched against the action's payload: a scalar must
+    be equal (strings case-insensitively), and when the payload value is a list it must
+    contain the scalar. The event then fires ``delay_minutes`` after, or at ``next_morning``
+    (HH:MM) of the following day when that is set.
     """
 
-    app: str
-    action: str
+    app: str = ""
+    action: str = ""
+    after_event: str | None = Field(None, description="Fire after this event fired.")
+    since_event: str | None = Field(
+        None, description="Count only actions after this event did what it does."
+    )
     where: dict[str, Any] = Field(default_factory=dict)
     actor: str = "agent"
     text_contains: list[str] = Field(
@@ -47,6 +53,17 @@ class Trigger(BaseModel):
     )
     delay_minutes: int = Field(0, ge=0)
     next_morning: str | None = Field(None, pattern=r"^\d\d:\d\d$")
+
+    @model_validator(mode="after")
+    def _source(self) -> Trigger:
+        if (self.after_event is None) == (not (self.app and self.action)):
+            raise ValueError("a trigger names either 'after_event' or both 'app' and 'action'")
+        return self
+
+
+class CheckFallback(BaseModel):
+    kind: str
+    args: dict[str, Any] = Field(default_factory=dict)
 
 
 class Check(BaseModel):
@@ -61,6 +78,11 @@ class Check(BaseModel):
     description: str = ""
     rubric: str | None = None
     inputs: list[dict[str, Any]] = Field(default_factory=list)
+    fallback: CheckFallback | None = Field(
+        None,
+        description="For judge checks: the deterministic predicate that decides the verdict "
+        "when no judge model has (tests, offline runs); the verifier may override it.",
+    )
 
 
 class EventSpec(BaseModel):
@@ -70,13 +92,28 @@ class EventSpec(BaseModel):
     title: str
     at: datetime | None = Field(None, description="Scheduled time; None when triggered.")
     trigger: Trigger | None = None
+    unless: Trigger | None = Field(
+        None,
+        description="A scheduled event is averted when a matching action lands before it "
+        'is due ("no answer by Tuesday 17:00 -> the manager escalates").',
+    )
     effects: list[Effect] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
+    depends_on: list[str] = Field(
+        default_factory=list, description="Events this one follows from (the event graph)."
+    )
+    tags: list[str] = Field(
+        default_factory=list,
+        description="What the event exercises: branching, late-info, moving-deadline, "
+        "conflict, escalation, negative, judge, ...",
+    )
 
     @model_validator(mode="after")
     def _when(self) -> EventSpec:
         if (self.at is None) == (self.trigger is None):
             raise ValueError(f"event {self.id}: give exactly one of 'at' and 'trigger'")
+        if self.unless is not None and self.at is None:
+            raise ValueError(f"event {self.id}: only a scheduled event can be averted")
         return self
 
 
@@ -116,7 +153,9 @@ class ScenarioInstance(BaseModel):
         ops = [e.op for e in self.setup] + [f.op for ev in self.events for f in ev.effects]
         kinds = [c.kind for ev in self.events for c in ev.checks]
         return {
-            o.split(".")[0] for o in ops + kinds if o.split(".")[0] not in ("npc", "world", "judge")
+            o.split(".")[0]
+            for o in ops + kinds
+            if o.split(".")[0] not in ("npc", "world", "judge", "say")
         }
 
 
@@ -236,7 +275,7 @@ class AdvanceResult(BaseModel):
 
 # --- events --------------------------------------------------------------------------------
 
-EventStatus = Literal["waiting", "due", "fired", "failed", "cancelled"]
+EventStatus = Literal["waiting", "due", "fired", "failed", "averted"]
 
 
 class EventInfo(BaseModel):
@@ -271,7 +310,10 @@ class EventVerdict(BaseModel):
     title: str
     status: EventStatus
     due_at: datetime | None
-    passed: bool = Field(description="Fired, and every deterministic check passed.")
+    passed: bool = Field(
+        description="Fired (or averted, for an event the agent should prevent) and every "
+        "deterministic check passed."
+    )
     checks: list[CheckResult]
 
 
@@ -313,3 +355,25 @@ class ScenarioSummary(BaseModel):
 
 class ScenarioList(BaseModel):
     scenarios: list[ScenarioSummary]
+
+
+class OracleStep(BaseModel):
+    """One tool call of the scenario's oracle: at simulated time ``at`` (advance the clock
+    there first), call MCP tool ``tool`` with ``arguments`` (concrete ids)."""
+
+    event_id: str = Field(description="The event this step answers.")
+    at: datetime
+    app: str = Field(description="The app the tool belongs to (its /worlds/{id}/mcp/{app}).")
+    tool: str = Field(description="An MCP tool name of /worlds/{id}/mcp (tools/list).")
+    arguments: dict[str, Any]
+
+
+class OraclePlan(BaseModel):
+    """The oracle as a replayable list of tool calls, for one scenario and seed: replayed
+    in order against a fresh world of that scenario and seed (then advanced to ``end``), it
+    passes every event."""
+
+    scenario: str
+    seed: int
+    end: datetime
+    steps: list[OracleStep]

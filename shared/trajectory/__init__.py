@@ -16,6 +16,7 @@ from shared.trajectory.schema import (
     Step,
     Trajectory,
     TrajectoryFormatError,
+    chat_request_body,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "Step",
     "Trajectory",
     "TrajectoryFormatError",
+    "chat_request_body",
 ]

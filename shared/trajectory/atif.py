@@ -8,6 +8,11 @@ ATIF has no compaction or pause step: both become ``system`` steps whose ``extra
 says what they were (the new context, the checkpoint + snapshot pair). The k3stack metadata
 (task, seed, reward, per-event results, exit) goes under the root ``extra.k3stack``.
 
+ATIF cannot say everything a trajectory holds (request options, raw argument strings, the loss
+mask's meaning...), so each step's ``extra.k3stack.step`` carries the original step and the root
+``extra.k3stack.trajectory`` the rest: :func:`from_atif` reads our own exports back exactly, and
+reads any other ATIF document (Harbor's installed agents, say) from its standard fields.
+
 ``ATIF_SCHEMA`` is a JSON Schema written from the RFC's field list; :func:`validate_atif`
 checks a document against it.
 """
@@ -15,16 +20,22 @@ checks a document against it.
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from shared.chat import ChatMessage, ContentPart
+from shared.chat import ChatMessage, ContentPart, FunctionCall, ToolCall, Usage
 from shared.trajectory.schema import (
     CompactionStep,
+    Generation,
     MessageStep,
+    Metadata,
     ModelStep,
+    Observation,
     PauseStep,
+    Step,
     Trajectory,
 )
 
@@ -105,42 +116,44 @@ def _model_step(step: ModelStep, step_id: int) -> dict[str, Any]:
     return _clean(out)
 
 
+def _step(step: Step, step_id: int) -> dict[str, Any]:
+    if isinstance(step, ModelStep):
+        return _model_step(step, step_id)
+    base = {"step_id": step_id, "timestamp": _iso(step.timestamp), "source": "system"}
+    if isinstance(step, MessageStep):
+        m = step.message
+        item = {**base, "source": _SOURCE.get(m.role, "system"), "message": m.text()}
+        if m.role == "tool":
+            item["observation"] = {
+                "results": [{"source_call_id": m.tool_call_id, "content": m.text()}]
+            }
+        return item
+    if isinstance(step, CompactionStep):
+        info = step.model_dump(include={"strategy", "tokens_before", "tokens_after"})
+        return {
+            **base,
+            "message": step.summary or "",
+            "extra": {"k3stack": {"kind": "compaction", **info}},
+        }
+    if isinstance(step, PauseStep):
+        info = step.point.model_dump(mode="json")
+        return {
+            **base,
+            "message": step.reason or "",
+            "extra": {"k3stack": {"kind": "pause", **info}},
+        }
+    raise TypeError(f"unknown step {type(step).__name__}")
+
+
 def to_atif(traj: Trajectory) -> dict[str, Any]:
     """The trajectory as an ATIF document (a JSON-ready dict)."""
     meta = traj.metadata
     steps: list[dict[str, Any]] = []
     for step in traj.steps:
-        step_id = len(steps) + 1
-        if isinstance(step, ModelStep):
-            steps.append(_model_step(step, step_id))
-            continue
-        base = {"step_id": step_id, "timestamp": _iso(step.timestamp), "source": "system"}
-        if isinstance(step, MessageStep):
-            m = step.message
-            item = {**base, "source": _SOURCE.get(m.role, "system"), "message": m.text()}
-            if m.role == "tool":
-                item["observation"] = {
-                    "results": [{"source_call_id": m.tool_call_id, "content": m.text()}]
-                }
-            steps.append(item)
-        elif isinstance(step, CompactionStep):
-            info = step.model_dump(mode="json", exclude={"timestamp", "kind"}, exclude_none=True)
-            steps.append(
-                {
-                    **base,
-                    "message": step.summary or "",
-                    "extra": {"k3stack": {"kind": "compaction", **info}},
-                }
-            )
-        elif isinstance(step, PauseStep):
-            info = step.point.model_dump(mode="json")
-            steps.append(
-                {
-                    **base,
-                    "message": step.reason or "",
-                    "extra": {"k3stack": {"kind": "pause", **info}},
-                }
-            )
+        item = _step(step, len(steps) + 1)
+        k3 = item.setdefault("extra", {}).setdefault("k3stack", {})
+        k3["step"] = step.model_dump(mode="json")
+        steps.append(item)
     usage = traj.usage()
     k3 = {
         "format_version": traj.format_version,
@@ -151,6 +164,7 @@ def to_atif(traj: Trajectory) -> dict[str, Any]:
         "exit": traj.exit.model_dump(mode="json") if traj.exit else None,
         "tools": [t.model_dump(mode="json", exclude_none=True) for t in traj.tools],
         **({"extra": meta.extra} if meta.extra else {}),
+        "trajectory": traj.model_dump(mode="json", exclude={"steps"}),
     }
     return {
         "schema_version": ATIF_VERSION,
@@ -183,3 +197,128 @@ def validate_atif(doc: dict[str, Any]) -> None:
     import jsonschema
 
     jsonschema.validate(doc, atif_schema(), cls=jsonschema.Draft202012Validator)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _when(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+    return datetime.now(UTC)
+
+
+def _session_id(value: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value).lstrip("_.-")[:64]
+    return cleaned or "atif"
+
+
+def _generation(step: dict[str, Any]) -> Generation:
+    m = step.get("metrics") or {}
+    extra = m.get("extra") or {}
+    usage = None
+    if "prompt_tokens" in m or "completion_tokens" in m:
+        prompt, completion = m.get("prompt_tokens", 0), m.get("completion_tokens", 0)
+        usage = Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details={"cached_tokens": m.get("cached_tokens", 0)},
+        )
+    return Generation(
+        model=step.get("model_name"),
+        usage=usage,
+        finish_reason=extra.get("finish_reason"),
+        prompt_token_ids=m.get("prompt_token_ids"),
+        completion_token_ids=m.get("completion_token_ids"),
+        logprobs=m.get("logprobs"),
+        loss_mask=extra.get("loss_mask"),
+        weight_version=extra.get("weight_version"),
+    )
+
+
+def _foreign_steps(item: dict[str, Any]) -> list[Step]:
+    """One ATIF step as k3stack steps (an agent turn's non-tool feedback follows it)."""
+    when = _when(item.get("timestamp"))
+    text = item.get("message") or ""
+    results = (item.get("observation") or {}).get("results") or []
+    if item["source"] != "agent":
+        role = "system" if item["source"] == "system" else "user"
+        out: list[Step] = [
+            MessageStep(message=ChatMessage(role=role, content=text), timestamp=when)
+        ]
+        out += [
+            MessageStep(
+                message=ChatMessage(role="user", content=r.get("content") or ""), timestamp=when
+            )
+            for r in results
+        ]
+        return out
+    calls = [
+        ToolCall(
+            id=c["tool_call_id"],
+            function=FunctionCall(
+                name=c["function_name"],
+                arguments=c["arguments"]["_raw"]
+                if set(c["arguments"]) == {"_raw"}
+                else json.dumps(c["arguments"], ensure_ascii=False),
+            ),
+        )
+        for c in item.get("tool_calls") or []
+    ]
+    ids = {c.id for c in calls}
+    message = ChatMessage(
+        role="assistant",
+        content=text or None,
+        reasoning_content=item.get("reasoning_content"),
+        tool_calls=calls or None,
+    )
+    options = {"reasoning_effort": item["reasoning_effort"]} if "reasoning_effort" in item else {}
+    model_step = ModelStep(
+        message=message,
+        generation=_generation(item),
+        options=options,
+        observations=[
+            Observation(
+                tool_call_id=r["source_call_id"], content=r.get("content") or "", timestamp=when
+            )
+            for r in results
+            if r.get("source_call_id") in ids
+        ],
+        timestamp=when,
+    )
+    feedback = [
+        MessageStep(
+            message=ChatMessage(role="user", content=r.get("content") or ""), timestamp=when
+        )
+        for r in results
+        if r.get("source_call_id") not in ids
+    ]
+    return [model_step, *feedback]
+
+
+def from_atif(doc: dict[str, Any]) -> Trajectory:
+    """A trajectory from an ATIF document: exact for :func:`to_atif`'s output, from the
+    standard fields for anyone else's."""
+    k3 = (doc.get("extra") or {}).get("k3stack") or {}
+    kept = [((s.get("extra") or {}).get("k3stack") or {}).get("step") for s in doc["steps"]]
+    if "trajectory" in k3 and all(kept):
+        return Trajectory.model_validate({**k3["trajectory"], "steps": kept})
+    agent = doc.get("agent") or {}
+    steps: list[Step] = []
+    for item in doc["steps"]:
+        steps += _foreign_steps(item)
+    extra = {k: doc[k] for k in ("notes", "final_metrics", "extra") if k in doc}
+    return Trajectory(
+        id=_session_id(str(doc["session_id"])),
+        metadata=Metadata(
+            harness=agent.get("name"),
+            harness_version=agent.get("version"),
+            model=agent.get("model_name"),
+            extra={"atif": extra} if extra else {},
+        ),
+        steps=steps,
+    )

@@ -6,39 +6,20 @@ the harness sent it (rebuilt by :meth:`Trajectory.requests`), the answer as a
 harness that sends the same requests again gets the recorded answers back, tool calls and all:
 a recorded episode replays exactly, without a model.
 
-:func:`chat_request_body` is the one place a chat request body is built from a context; a
-harness that uses it for its live calls produces requests a replay file will match.
+:func:`chat_request_body` (also :meth:`Trajectory.next_request_body`) is the one place a chat
+request body is built from a context; a harness that builds its live calls with it sends
+requests a replay file will match.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from shared.chat import ChatMessage, ToolDefinition
-from shared.trajectory.schema import Request, Trajectory
+from shared.trajectory.schema import Request, Trajectory, chat_request_body
 
-
-def chat_request_body(
-    messages: Iterable[ChatMessage],
-    tools: Iterable[ToolDefinition] = (),
-    options: dict[str, Any] | None = None,
-    *,
-    model: str | None = None,
-) -> dict[str, Any]:
-    """An OpenAI chat-completions body; ``tools`` only when there are some."""
-    body: dict[str, Any] = {
-        "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages]
-    }
-    tools = [t.model_dump(mode="json", exclude_none=True) for t in tools]
-    if tools:
-        body["tools"] = tools
-    body.update(options or {})
-    if model is not None:
-        body["model"] = model
-    return body
+__all__ = ["chat_request_body", "to_replay_lines", "write_replay_file"]
 
 
 def _response(req: Request, model: str) -> dict[str, Any]:
@@ -67,7 +48,7 @@ def to_replay_lines(traj: Trajectory) -> list[dict[str, Any]]:
     return [
         {
             "kind": "chat",
-            "request": chat_request_body(r.messages, r.tools, r.options, model=model),
+            "request": r.body(model=model),
             "response": _response(r, model),
         }
         for r in traj.requests()

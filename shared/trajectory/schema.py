@@ -26,6 +26,7 @@ Building one as an episode runs::
     traj.metadata.harness, traj.metadata.model, traj.metadata.task = "codex", "k3-tiny", "t-7"
     traj.add_message(ChatMessage(role="system", content="You are a coding agent."))
     traj.add_message(ChatMessage(role="user", content="Fix the failing test."))
+    body = traj.next_request_body({"temperature": 0.0, "seed": 7})  # what to send the model
     call = ToolCall(id="c1", function=FunctionCall(name="shell", arguments='{"cmd": "pytest"}'))
     traj.add_model_step(
         ChatMessage(role="assistant", content=None, tool_calls=[call]),
@@ -41,12 +42,13 @@ Building one as an episode runs::
     same = Trajectory.from_json(text)          # read it back (checks the format version)
 
 Exporters: :func:`shared.trajectory.replay.to_replay_lines` (the model service's ``replay``
-engine) and :func:`shared.trajectory.atif.to_atif` (Harbor's ATIF).
+engine) and :func:`shared.trajectory.atif.to_atif` (Harbor's ATIF; :func:`~shared.trajectory.atif.from_atif`
+reads it back, and reads other agents' ATIF too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -226,6 +228,27 @@ class PauseStep(_Step):
 Step = Annotated[MessageStep | ModelStep | CompactionStep | PauseStep, Field(discriminator="kind")]
 
 
+def chat_request_body(
+    messages: Iterable[ChatMessage],
+    tools: Iterable[ToolDefinition] = (),
+    options: dict[str, Any] | None = None,
+    *,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """An OpenAI chat-completions body: the one way a context becomes a request (``tools`` only
+    when there are some), so recorded and replayed requests match byte for byte."""
+    body: dict[str, Any] = {
+        "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages]
+    }
+    offered = [t.model_dump(mode="json", exclude_none=True) for t in tools]
+    if offered:
+        body["tools"] = offered
+    body.update(options or {})
+    if model is not None:
+        body["model"] = model
+    return body
+
+
 class Request(BaseModel):
     """One model call rebuilt from a trajectory: what was sent and what came back."""
 
@@ -235,6 +258,9 @@ class Request(BaseModel):
     tools: list[ToolDefinition]
     options: dict[str, Any]
     step: ModelStep
+
+    def body(self, model: str | None = None) -> dict[str, Any]:
+        return chat_request_body(self.messages, self.tools, self.options, model=model)
 
 
 # --------------------------------------------------------------------------- trajectory
@@ -373,6 +399,12 @@ class Trajectory(_Model):
         """The messages the next model call must send."""
         *_, (_, _, context, _) = self._walk()
         return context
+
+    def next_request_body(
+        self, options: dict[str, Any] | None = None, *, model: str | None = None
+    ) -> dict[str, Any]:
+        """The chat request the next model call sends: the current context and the tools."""
+        return chat_request_body(self.context(), self.tools, options, model=model)
 
     def pause_points(self) -> list[tuple[int, PausePoint]]:
         return [(i, s.point) for i, s in enumerate(self.steps) if isinstance(s, PauseStep)]

@@ -173,6 +173,8 @@ def test_user_is_unprivileged_except_the_sandbox(service: str) -> None:
         assert "source=scripts/setup_sandbox.sh" in runs and "bash /tmp/setup_sandbox.sh" in runs
         env = " ".join(a for k, a in runtime if k == "ENV")
         assert "K3STACK_SANDBOX__CACHE_DIR=/var/cache/k3stack" in env
+        # Root without capabilities (cap_drop ALL) writes only what root owns.
+        assert "chown root:root /var/lib/k3stack" in runs
         script = (REPO_ROOT / "scripts/setup_sandbox.sh").read_text()
         packages = script.split("PKGS=(", 1)[1].split(")", 1)[0].split()
         for package in ("qemu-system-x86", "busybox-static", "cpio", "gcc"):

@@ -45,7 +45,7 @@ def deployed(clean_k3stack_env: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_a_complete_configuration_starts(deployed: pytest.MonkeyPatch) -> None:
     app = create_app("tools", settings=load_settings())
     assert app.state.settings.mode == "deployed" and app.state.settings.auth_enabled
-    make_celery("tools", load_settings())
+    assert make_celery("tools", load_settings()).conf.broker_url == "redis://:pw@redis:6379/0"
 
 
 BAD = [
@@ -78,7 +78,7 @@ def test_bad_setting_refuses_start(
     with pytest.raises(SettingsError, match=message):
         create_app("tools", settings=settings)
     with pytest.raises(SettingsError, match=var):
-        make_celery("tools", settings)
+        _ = make_celery("tools", settings).conf.broker_url  # the worker configures itself
 
 
 def test_local_mode_keeps_its_embedded_defaults(clean_k3stack_env: pytest.MonkeyPatch) -> None:
@@ -125,3 +125,19 @@ def test_a_real_service_process_exits_naming_the_variable(tmp_path: Path) -> Non
     assert "refuses to start in deployed mode" in result.stderr
     assert "K3STACK_TOOLS__API_KEY is a default" in result.stderr
     assert "K3STACK_DATABASE_URL is not set" in result.stderr
+
+
+def test_secret_files_fill_unset_variables_and_the_environment_wins(
+    deployed: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """K3STACK_SECRETS_DIR (Compose secrets): a file per variable, below the environment."""
+    (tmp_path / "K3STACK_TOOLS__API_KEY").write_text("from-a-file-0123456789\n")
+    (tmp_path / "K3STACK_DATABASE_URL").write_text("postgresql+psycopg://u:p@file-db/k3stack")
+    deployed.delenv("K3STACK_TOOLS__API_KEY")
+    deployed.setenv("K3STACK_SECRETS_DIR", str(tmp_path))
+    s = load_settings()
+    assert s.tools.api_key == "from-a-file-0123456789"  # nested section, stripped
+    assert s.database_url == deployed_env()["K3STACK_DATABASE_URL"]  # the environment wins
+    (tmp_path / "K3STACK_TOOLS__API_KEY").write_text("change-me")
+    with pytest.raises(SettingsError, match="K3STACK_TOOLS__API_KEY is a default"):
+        create_app("tools", settings=load_settings())

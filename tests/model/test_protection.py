@@ -164,6 +164,15 @@ def test_a_saturated_engine_answers_429_with_retry_after(tokenizer):
     with running(app) as server:
         c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
         keep = {"max_tokens": 1500, "extra_body": {"logit_bias": _no_stop(tokenizer)}}
+        # Three choices where two fit: refused whole, the two already submitted are aborted.
+        r = httpx.post(
+            server.url + "/v1/completions",
+            json={"prompt": "n", "n": 3, "stream": True, "max_tokens": 1500},
+            timeout=60,
+        )
+        assert r.status_code == 429, r.text
+        _wait(lambda: _engine(server.url)["aborted"] == 2, "the admitted choices to be aborted")
+        assert _engine(server.url)["running"] + _engine(server.url)["waiting"] == 0
         first = c.completions.create(model="k3-tiny", prompt="a", stream=True, **keep)
         second = c.completions.create(model="k3-tiny", prompt="b", stream=True, **keep)
         try:

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.orchestrator.harness.config import PRESET_NAMES, load_harness
+from shared.trajectory import Trajectory
 from tests.orchestrator.conftest import oracle_score
 
 SCENARIO = "finance_expenses"
@@ -73,15 +74,20 @@ def test_every_preset_reaches_the_oracle_score(api, tools_url, preset: str) -> N
     assert len(ep["results"]) == total and all(r["passed"] for r in ep["results"])
 
     doc = api.get(f"/episodes/{ep['id']}/trajectory").json()
+    traj = Trajectory.model_validate(doc)
     rule = load_harness(preset).mcp_tool_name
-    names = {i["name"] for i in doc["items"] if i["kind"] == "tool"}
+    model_steps = [s for s in traj.steps if s.kind == "model"]
+    names = {c.function.name for s in model_steps for c in s.message.tool_calls or []}
     assert rule.format(server="gmail", tool="send_email") in names
-    declared = {
-        t["function"]["name"]
-        for i in doc["items"] if i["kind"] == "assistant"
-        for t in i["message"].get("tool_calls") or []
-    }  # fmt: skip
-    assert declared == names
+    offered = {t.function.name for t in traj.tools}
+    assert names <= offered
+    for step in model_steps:  # every call answered by its observation, none failed
+        calls = [c.id for c in step.message.tool_calls or []]
+        assert [o.tool_call_id for o in step.observations] == calls
+        assert not any(o.is_error for o in step.observations)
+    assert traj.exit is not None and traj.exit.status == "completed"
+    assert traj.metadata.reward == pytest.approx(passed / total)
+    assert traj.metadata.harness == preset
     report = api.get(f"/episodes/{ep['id']}/report")
     assert report.status_code == 200 and "Simulated day" in report.text
 

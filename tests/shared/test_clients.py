@@ -289,3 +289,25 @@ async def test_async_retries_on_503_then_succeeds():
     async with AsyncSandboxClient("http://s", transport=transport, backoff_s=0.001) as sandbox:
         detail = await sandbox.send(Call("GET", "/x", ExecOutput))
     assert detail.exit_code == 0
+
+
+def test_verifier_client_answers_job_views_and_waits():
+    from shared.clients import VerifierClient
+    from shared.jobs import JobView
+
+    job = {"id": "j1", "kind": "echo", "status": "queued", "created_at": "2026-01-01T00:00:00Z"}
+    polls = iter(["running", "succeeded"])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            assert json.loads(request.content) == {"kind": "echo", "payload": {"a": 1}}
+            return httpx.Response(202, json=job)
+        return httpx.Response(200, json={**job, "status": next(polls), "result": {"ok": True}})
+
+    with VerifierClient("http://v", transport=httpx.MockTransport(handler)) as client:
+        created = client.create_job("echo", {"a": 1})
+        assert isinstance(created, JobView) and created.status == "queued"
+        done = client.wait_job(created.id, timeout_s=30, initial_s=0.001)
+        assert (
+            isinstance(done, JobView) and done.status == "succeeded" and done.result == {"ok": True}
+        )

@@ -58,7 +58,9 @@ def test_exec_longer_than_the_global_timeout_returns_its_result(sandbox_url):
     with SandboxClient(sandbox_url) as setup:  # create and kill on the usual timeout
         sid = setup.create("busybox", timeout=0).sandboxID
         try:
-            with SandboxClient(sandbox_url, timeout=1.0, retries=0) as client:
+            short = load_settings(http_timeout_s=1.0, sandbox={"url": sandbox_url})
+            with SandboxClient.from_settings(short, retries=0) as client:
+                assert client.timeout == 1.0  # K3STACK_HTTP_TIMEOUT_S, the global timeout
                 out = client.exec(sid, "sleep 3; echo done", timeout=30)
                 assert isinstance(out, sb.ExecOutput)
                 assert (out.exit_code, out.stdout, out.timed_out) == (0, "done\n", False)
@@ -148,3 +150,23 @@ async def test_async_tools_client_is_typed(tools_url):
         report = await client.checks(w.id)
         assert isinstance(report, tl.ChecksReport) and report.events_total > 0
         assert (await client.get_world(w.id)).scenario == "hr_onboarding"
+
+
+async def test_async_client_in_process_through_asgi_transport(tmp_path, monkeypatch):
+    """``transport=httpx.ASGITransport(app)``: the real app, no socket, no private seams."""
+    import httpx
+
+    from services.tools.app import create_app
+    from shared.settings import get_settings
+
+    monkeypatch.setenv("K3STACK_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("K3STACK_AUTH_ENABLED", "false")
+    get_settings.cache_clear()
+    app = create_app()
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with AsyncToolsClient("http://tools", transport=transport) as client:
+            w = await client.create_world("empty", 5)
+            assert isinstance(await client.advance(w.id, by="PT2H"), tl.AdvanceResult)
+            assert (await client.health()).status == "ok"
+    get_settings.cache_clear()

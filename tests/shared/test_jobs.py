@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -364,11 +366,19 @@ def test_task_errors_are_recorded_with_codes(store, eager_app):
     assert all(j.status is JobStatus.failed for n, j in outcomes.items() if n != "elsewhere")
 
 
+class QuickRetries(JobTask):
+    """The base task with millisecond backoffs, so retry tests do not sleep for seconds."""
+
+    retry_backoff_s = 0.001
+
+
 def test_transient_errors_are_retried_within_the_policy(store, eager_app):
     calls: list[int] = []
+    notes: list[str] = []
 
     def flaky(job: JobRun) -> dict:
         calls.append(job.attempt)
+        notes.append(store.require(job.id).progress.message)
         if len(calls) < 3:
             raise TransientJobError("sandbox busy")
         return {"attempt": job.attempt}
@@ -376,15 +386,48 @@ def test_transient_errors_are_retried_within_the_policy(store, eager_app):
     def hopeless(job: JobRun) -> None:
         raise TransientJobError("still busy")
 
-    task = eager_app.task(base=JobTask, name="test.flaky", job_store=store)(flaky)
+    task = eager_app.task(base=QuickRetries, name="test.flaky", job_store=store)(flaky)
     job = submit(store, task, kind="flaky")
     assert job.status is JobStatus.succeeded and job.result == {"attempt": 3}
     assert calls == [1, 2, 3] and job.attempts == 3
-    task = eager_app.task(base=JobTask, name="test.hopeless", job_store=store)(hopeless)
+    assert notes[0] == "started"
+    assert re.fullmatch(r"retry 2 of 2 in [0-9.]+ s: sandbox busy", notes[2]), notes
+    task = eager_app.task(base=QuickRetries, name="test.hopeless", job_store=store)(hopeless)
     job = submit(store, task, kind="hopeless")
     assert job.status is JobStatus.failed and job.attempts == 3
     assert job.error.message == "gave up after 2 retries: TransientJobError: still busy"
     assert JobTask.max_retries + 1 == JobPolicy().max_attempts  # the two bounds agree
+
+
+def test_retries_never_exceed_max_attempts(database, eager_app):
+    store = JobStore(database, JobRow, policy=JobPolicy(max_attempts=2))
+    calls: list[int] = []
+
+    def flaky(job: JobRun) -> None:
+        calls.append(job.attempt)
+        raise TransientJobError("busy")
+
+    task = eager_app.task(base=QuickRetries, name="test.bounded", job_store=store)(flaky)
+    job = submit(store, task, kind="bounded")
+    assert calls == [1, 2] and job.attempts == 2
+    assert job.error.message == "gave up after 1 retries: TransientJobError: busy"
+
+
+def test_cancelling_during_a_retry_backoff_stops_the_job(database, eager_app):
+    store = JobStore(database, JobRow, policy=JobPolicy(heartbeat_s=0.05, lease_s=30))
+    calls: list[int] = []
+
+    class SlowRetries(JobTask):
+        retry_backoff_s = 30.0  # cancelled long before this runs out
+
+    def flaky(job: JobRun) -> None:
+        calls.append(job.attempt)
+        threading.Timer(0.2, store.cancel, args=[job.id]).start()
+        raise TransientJobError("busy")
+
+    task = eager_app.task(base=SlowRetries, name="test.cancel_backoff", job_store=store)(flaky)
+    job = submit(store, task, kind="t")
+    assert job.status is JobStatus.cancelled and calls == [1] and job.attempts == 1
 
 
 def test_retry_countdown_backs_off_exponentially_with_a_cap():
@@ -501,6 +544,33 @@ def test_jobs_client_mixins_speak_the_routes(verifier):
     asyncio.run(go())
 
 
+def test_jobs_client_mixin_fits_the_platform_clients(verifier):
+    """On the real async service client (in-process transport): typed views, and the
+    service's 404 as the client's ServiceError."""
+    from shared.clients import AsyncServiceClient, ServiceError
+
+    class Verifier(AsyncJobsClient, AsyncServiceClient):
+        service = "verifier"
+
+    client = verifier(K3STACK_CELERY_EAGER="1")
+    done = client.post("/jobs", json={"kind": "echo", "payload": {"n": 1}}).json()
+
+    async def go() -> None:
+        transport = httpx.ASGITransport(app=client.app)
+        async with Verifier("http://verifier", transport=transport) as c:
+            job = await c.wait_job(done["id"], timeout_s=30)
+            assert job.status is JobStatus.succeeded and job.result["payload"] == {"n": 1}
+            assert (await c.list_jobs(status=JobStatus.succeeded)).total == 1
+            with pytest.raises(ServiceError) as err:
+                await c.cancel_job(done["id"])
+            assert (err.value.status, err.value.error_code) == (409, "job_finished")
+            with pytest.raises(ServiceError) as err:
+                await c.get_job("nope")
+            assert err.value.status == 404
+
+    asyncio.run(go())
+
+
 # --- tables, migrations, hygiene ---------------------------------------------------------------
 
 
@@ -589,4 +659,5 @@ def test_queue_names_and_eager_mode_come_from_settings(monkeypatch):
     assert make_celery("tools", settings).conf.task_default_queue == "tools"
     from shared.queue import service_queues
 
-    assert service_queues("verifier", settings) == ["verify-fast"]
+    kinds = [f"verify-fast.{k}" for k in settings.verifier.job_kinds]
+    assert service_queues("verifier", settings) == ["verify-fast", *kinds]

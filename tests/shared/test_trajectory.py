@@ -21,7 +21,7 @@ from shared.trajectory import (
     Trajectory,
     TrajectoryFormatError,
 )
-from shared.trajectory.atif import to_atif, validate_atif
+from shared.trajectory.atif import from_atif, to_atif, validate_atif
 from shared.trajectory.replay import chat_request_body, to_replay_lines, write_replay_file
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -207,10 +207,16 @@ def trajectories(draw: st.DrawFn) -> Trajectory:
         kind = draw(st.sampled_from(["message", "model", "compaction", "pause"]))
         ts = T0 + timedelta(seconds=i)
         if kind == "message":
-            traj.add_message(
-                ChatMessage(role=draw(st.sampled_from(["system", "user"])), content=draw(_text)),
-                timestamp=ts,
+            parts = st.lists(
+                st.builds(lambda t: {"type": "text", "text": t}, _text)
+                | st.just(
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+                ),
+                min_size=1,
+                max_size=3,
             )
+            role = draw(st.sampled_from(["system", "developer", "user"]))
+            traj.add_message(ChatMessage(role=role, content=draw(_text | parts)), timestamp=ts)
         elif kind == "model":
             n = draw(st.integers(0, 3))
             calls = [_call(f"c{i}-{j}", "shell", {"cmd": draw(_text)}) for j in range(n)]
@@ -251,6 +257,7 @@ def test_any_trajectory_round_trips_and_exports_valid_atif(traj):
     doc = to_atif(traj)
     validate_atif(doc)
     assert len(doc["steps"]) == len(traj.steps)
+    assert from_atif(json.loads(json.dumps(doc))) == traj  # ATIF and back, exactly
     assert len(to_replay_lines(traj)) == sum(isinstance(s, ModelStep) for s in traj.steps)
 
 
@@ -283,6 +290,15 @@ def test_recorded_episode_replays_exactly_through_the_replay_engine(tmp_path):
             assert msg.content == recorded.content
             assert answer.choices[0].finish_reason == req.step.generation.finish_reason
             assert answer.usage.prompt_tokens == req.step.generation.usage.prompt_tokens
+            streamed: dict[int, list[str]] = {}
+            for chunk in client.chat.completions.create(**body, stream=True):
+                for d in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                    got = streamed.setdefault(d.index, [d.id, "", ""])
+                    got[1] += d.function.name or ""
+                    got[2] += d.function.arguments or ""
+            assert [tuple(v) for _, v in sorted(streamed.items())] == [
+                (c.id, c.function.name, c.function.arguments) for c in recorded.tool_calls or []
+            ]  # streaming answers the same calls
         # the replay is exact: a context the episode never sent is a miss, not a guess
         wrong = chat_request_body([ChatMessage(role="user", content="something else")], TOOLS)
         with pytest.raises(openai.NotFoundError, match="no recorded answer"):
@@ -323,13 +339,13 @@ def test_atif_export_validates_and_keeps_what_matters():
     assert first["reasoning_content"] == "Run the tests first."
     assert doc["steps"][4]["metrics"]["cached_tokens"] == 120
     assert doc["steps"][4]["extra"]["k3stack"]["failed_calls"] == ["c3"]
-    assert doc["steps"][3]["extra"]["k3stack"] == {
-        "kind": "pause",
-        "sandbox_checkpoint_id": "cp-3",
-        "world_snapshot_id": "snap-2",
-    }
+    pause = doc["steps"][3]["extra"]["k3stack"]
+    assert (pause["kind"], pause["sandbox_checkpoint_id"], pause["world_snapshot_id"]) == (
+        "pause", "cp-3", "snap-2"
+    )  # fmt: skip
     compaction = doc["steps"][5]["extra"]["k3stack"]
-    assert compaction["kind"] == "compaction" and len(compaction["context"]) == 2
+    assert compaction["kind"] == "compaction" and compaction["tokens_after"] == 40
+    assert len(compaction["step"]["context"]) == 2  # the original step rides along
     assert doc["final_metrics"]["total_cached_tokens"] == 120
     k3 = doc["extra"]["k3stack"]
     assert k3["reward"] == 0.5 and k3["exit"]["status"] == "completed" and k3["seed"] == 7
@@ -365,3 +381,75 @@ def test_schema_rejects_documents_that_break_the_rfc(breakage):
     breakage(doc)
     with pytest.raises(jsonschema.ValidationError):
         validate_atif(doc)
+
+
+def test_own_atif_reads_back_exactly():
+    traj = episode()
+    assert from_atif(json.loads(json.dumps(to_atif(traj)))) == traj
+
+
+HARBOR_LIKE = {
+    "schema_version": "ATIF-v1.4",
+    "session_id": "tbench-20251211/153500 a1b2",
+    "agent": {"name": "terminus-2", "version": "2.0.1", "model_name": "k3"},
+    "notes": "written by another agent",
+    "steps": [
+        {"step_id": 1, "source": "system", "message": "You are a terminal agent."},
+        {"step_id": 2, "source": "user", "message": "Count the files."},
+        {
+            "step_id": 3,
+            "timestamp": "2025-12-11T15:35:01Z",
+            "source": "agent",
+            "model_name": "k3",
+            "message": "",
+            "reasoning_content": "ls first",
+            "tool_calls": [
+                {"tool_call_id": "t1", "function_name": "bash", "arguments": {"command": "ls | wc -l"}}
+            ],
+            "observation": {
+                "results": [
+                    {"source_call_id": "t1", "content": "3"},
+                    {"content": "[terminal] prompt is back"},
+                ]
+            },
+            "metrics": {"prompt_tokens": 50, "completion_tokens": 7, "cached_tokens": 20,
+                        "completion_token_ids": [1, 2, 3], "logprobs": [-0.1, -0.2, -0.3]},
+        },
+        {"step_id": 4, "source": "agent", "message": "There are 3 files."},
+    ],
+}  # fmt: skip
+
+
+def test_other_agents_atif_imports_from_its_standard_fields():
+    validate_atif(HARBOR_LIKE)
+    traj = from_atif(HARBOR_LIKE)
+    assert traj.id == "tbench-20251211-153500-a1b2"
+    assert (traj.metadata.harness, traj.metadata.harness_version) == ("terminus-2", "2.0.1")
+    assert traj.metadata.extra["atif"]["notes"] == "written by another agent"
+    kinds = [s.kind for s in traj.steps]
+    assert kinds == ["message", "message", "model", "message", "model"]
+    turn = traj.steps[2]
+    assert isinstance(turn, ModelStep)
+    assert json.loads(turn.message.tool_calls[0].function.arguments) == {"command": "ls | wc -l"}
+    assert turn.message.content is None and turn.message.reasoning_content == "ls first"
+    assert [o.content for o in turn.observations] == ["3"]
+    assert turn.generation.usage.cached_tokens == 20 and turn.generation.logprobs[-1] == -0.3
+    assert turn.timestamp == datetime(2025, 12, 11, 15, 35, 1, tzinfo=UTC)
+    last = list(traj.requests())[-1]
+    assert [m.role for m in last.messages] == ["system", "user", "assistant", "tool", "user"]
+    validate_atif(to_atif(traj))  # and it exports again
+
+
+def test_module_docstring_example_runs():
+    """The example the orchestrator follows is real code."""
+    import shared.trajectory.schema as schema
+
+    doc = schema.__doc__
+    block = doc[doc.index("Building one as an episode runs::") :].split("::", 1)[1]
+    code = "\n".join(
+        line[4:] for line in block.split("\nExporters:")[0].splitlines() if line.strip()
+    )
+    scope: dict = {"tools": TOOLS}
+    exec(code, scope)  # noqa: S102 - our own docstring
+    assert scope["same"] == scope["traj"] and scope["body"]["messages"][1]["role"] == "user"
+    assert scope["traj"].exit.status == "completed"

@@ -45,3 +45,25 @@ def test_every_success_body_is_a_named_model() -> None:
                 ref = schema.get("$ref") or schema.get("items", {}).get("$ref")
                 assert ref, f"{method.upper()} {path} {status} answers an untyped body"
                 assert hasattr(contract, ref.rsplit("/", 1)[1]), ref
+
+
+def test_unsupported_methods_are_405_with_allow(tools_client) -> None:  # type: ignore[no-untyped-def]
+    """TRACE (or any method a path does not take) is a 405 naming the methods it does take,
+    on the management routes and on every app's routes, in the app's error style."""
+    from tests.tools.conftest import create_world
+
+    w = create_world(tools_client)
+    paths = [
+        "/worlds",
+        f"/worlds/{w.id}/clock",
+        f"/worlds/{w.id}/slack/api/chat.postMessage",
+        f"/worlds/{w.id}/gmail/v1/users/me/profile",
+        f"/worlds/{w.id}/notion/v1/search",
+        f"/worlds/{w.id}/calendar/v3/users/me/calendarList",
+    ]
+    for path in paths:
+        for method in ("TRACE", "PUT"):
+            resp = tools_client.request(method, path, headers=w.auth)
+            assert resp.status_code == 405, (method, path, resp.status_code, resp.text)
+            allow = {m.strip() for m in resp.headers.get("allow", "").split(",") if m.strip()}
+            assert allow and method not in allow, (method, path, resp.headers)

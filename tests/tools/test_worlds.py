@@ -235,3 +235,22 @@ def test_large_snapshots_live_in_the_object_store(tools_client, monkeypatch) -> 
     )
     assert a.state()["full_hash"] == before["full_hash"]
     assert tools_client.post(f"/worlds/{b.id}/reset").status_code == 200
+
+
+def test_health_does_no_migration_work(tools_client) -> None:
+    """``/health`` runs one cheap query; it never opens Alembic's migration context."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+    engine = tools_client.app.state.db.engine
+
+    def spy(conn, cursor, statement, *rest) -> None:  # type: ignore[no-untyped-def]
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", spy)
+    try:
+        resp = tools_client.get("/health")
+    finally:
+        event.remove(engine, "before_cursor_execute", spy)
+    assert resp.status_code == 200 and resp.json()["status"] == "ok", resp.text
+    assert seen and not any("alembic" in s.lower() for s in seen), seen

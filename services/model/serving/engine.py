@@ -66,6 +66,8 @@ class EngineOutput:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     #: Seconds from submission to first admission (on the finished output).
     queue_time_s: float | None = None
+    #: The stop string that ended the output, if one did (on the finished output).
+    stop_string: str | None = None
 
 
 class StopStrings:
@@ -74,6 +76,7 @@ class StopStrings:
     def __init__(self, stops: list[str]) -> None:
         self.stops = [s for s in stops if s]
         self._held = ""
+        self.matched: str | None = None  # the stop string that ended the output
 
     def push(self, pieces: list[Piece]) -> tuple[list[Piece], bool]:
         """(pieces safe to emit, whether a stop string ended the output)."""
@@ -88,7 +91,7 @@ class StopStrings:
             buf = self._held + p.text
             hits = [(buf.find(s), s) for s in self.stops if s in buf]
             if hits:
-                idx = min(hits)[0]
+                idx, self.matched = min(hits)
                 if idx:
                     out.append(Piece(buf[:idx]))
                 self._held = ""
@@ -436,6 +439,7 @@ class Engine:
             queue_time_s=(
                 (req.admitted_at or time.monotonic()) - req.arrival if finished else None
             ),
+            stop_string=req.stopper.matched if finished and req.stopper is not None else None,
         )
 
     def _finish(

@@ -9,8 +9,11 @@ a huge body is refused.
 
 from __future__ import annotations
 
+import json
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.model.serving.messages_api import error_body
 from services.model.serving.protocol import OpenAIError
 
 
@@ -27,7 +30,7 @@ class BodySizeLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self._refuse(send)
+            await self._refuse(scope, send)
             return
         body = bytearray()
         while True:
@@ -36,7 +39,7 @@ class BodySizeLimit:
                 return
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
-                await self._refuse(send)
+                await self._refuse(scope, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -51,12 +54,17 @@ class BodySizeLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, scope: Scope, send: Send) -> None:
         message = (
             f"request body is larger than this server's limit of {self.max_bytes} bytes "
             "(K3STACK_MODEL__MAX_BODY_BYTES)"
         )
-        body = OpenAIError(413, message, code="body_too_large").body().model_dump_json().encode()
+        if scope["path"].startswith("/v1/messages"):  # Anthropic's envelope there
+            body = json.dumps(error_body(413, message)).encode()
+        else:
+            body = (
+                OpenAIError(413, message, code="body_too_large").body().model_dump_json().encode()
+            )
         await send(
             {
                 "type": "http.response.start",

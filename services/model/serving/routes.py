@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.model.serving import messages_api
 from services.model.serving import responses as responses_api
 from services.model.serving.backends.base import Backend
 from services.model.serving.protocol import (
@@ -192,6 +193,49 @@ async def create_response(body: responses_api.ResponsesRequest, request: Request
     return responses_api.from_chat(body, answer)
 
 
+_ANTHROPIC_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": messages_api.ErrorResponse, "description": doc}
+    for status, doc in ((400, "Malformed request"), (404, "Unknown model"), (500, "Engine error"))
+}
+
+
+@router.post(
+    "/v1/messages",
+    response_model=messages_api.Message,
+    responses={**_ANTHROPIC_ERRORS, 200: {"content": _SSE, "description": "JSON, or SSE"}},
+    operation_id="createMessage",
+    tags=["anthropic"],
+)
+async def create_message(body: messages_api.MessagesRequest, request: Request) -> Any:
+    """Anthropic's Messages API (system, content blocks, tool_use / tool_result, thinking,
+    streaming events), answered by the chat engine."""
+    backend = _backend(request)
+    backend.check_model(body.model)
+    chat = messages_api.to_chat_request(body)
+    if body.stream:
+        events = messages_api.stream_events(backend.served_model_name, backend.chat_stream(chat))
+        return await _event_stream(events, messages_api.sse, done=None)
+    answer = await until_disconnect(request, backend.chat(chat))
+    return messages_api.from_chat(answer)
+
+
+@router.post(
+    "/v1/messages/count_tokens",
+    response_model=messages_api.CountTokensResponse,
+    responses=_ANTHROPIC_ERRORS,
+    operation_id="countMessageTokens",
+    tags=["anthropic"],
+)
+async def count_message_tokens(
+    body: messages_api.CountTokensRequest, request: Request
+) -> messages_api.CountTokensResponse:
+    """Tokens the messages (with system and tools) take as a prompt, by the model's tokenizer."""
+    backend = _backend(request)
+    backend.check_model(body.model)
+    counted = await backend.tokenize(messages_api.to_tokenize_request(body))
+    return messages_api.CountTokensResponse(input_tokens=counted.count)
+
+
 @router.get("/v1/models", response_model=ModelList, operation_id="listModels")
 async def list_models(request: Request) -> ModelList:
     """The models this service serves, in OpenAI's shape."""
@@ -242,9 +286,24 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeRes
 # ----- errors: OpenAI's envelope on /v1, the shared body elsewhere ----------------------------------
 
 
-def _openai_json(status: int, message: str, *, param: str | None = None, code: str | None = None):
-    err = OpenAIError(status, message, param=param, code=code)
-    return JSONResponse(err.body().model_dump(), status_code=status)
+MESSAGES = "/v1/messages"
+
+
+def _openai_json(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    request: Request | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """The error in OpenAI's envelope, or Anthropic's on ``/v1/messages``."""
+    if request is not None and request.url.path.startswith(MESSAGES):
+        body = messages_api.error_body(status, message)
+    else:
+        body = OpenAIError(status, message, param=param, code=code).body().model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -269,8 +328,15 @@ def install_openai_errors(app: FastAPI) -> None:
     shared_http = app.exception_handlers.get(StarletteHTTPException)
     shared_api = app.exception_handlers.get(APIError)
 
-    async def on_openai(_: Request, exc: OpenAIError) -> JSONResponse:
-        return JSONResponse(exc.body().model_dump(), status_code=exc.status, headers=exc.headers)
+    async def on_openai(request: Request, exc: OpenAIError) -> JSONResponse:
+        return _openai_json(
+            exc.status,
+            exc.message,
+            param=exc.param,
+            code=exc.code,
+            request=request,
+            headers=exc.headers,
+        )
 
     async def on_gone(_: Request, exc: ClientGone) -> JSONResponse:
         # Nobody reads this; 499 is the customary log status for "client closed request".
@@ -279,17 +345,17 @@ def install_openai_errors(app: FastAPI) -> None:
     async def on_validation(request: Request, exc: RequestValidationError):  # type: ignore[no-untyped-def]
         if request.url.path.startswith(V1) or shared_validation is None:
             message, param = _validation_message(exc)
-            return _openai_json(400, message, param=param)
+            return _openai_json(400, message, param=param, request=request)
         return await shared_validation(request, exc)
 
     async def on_http(request: Request, exc: StarletteHTTPException):  # type: ignore[no-untyped-def]
         if request.url.path.startswith(V1) or shared_http is None:
-            return _openai_json(exc.status_code, str(exc.detail))
+            return _openai_json(exc.status_code, str(exc.detail), request=request)
         return await shared_http(request, exc)
 
     async def on_api(request: Request, exc: APIError):  # type: ignore[no-untyped-def]
         if request.url.path.startswith(V1) or shared_api is None:
-            return _openai_json(exc.status, exc.message, code=exc.error_code)
+            return _openai_json(exc.status, exc.message, code=exc.error_code, request=request)
         return await shared_api(request, exc)
 
     app.add_exception_handler(OpenAIError, on_openai)  # type: ignore[arg-type]

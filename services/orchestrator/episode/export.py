@@ -7,7 +7,6 @@ item names both, so a reader can walk the segments in order.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import select
@@ -39,6 +38,8 @@ def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
             "reward": row.reward,
             "result": row.result,
             "usage": state.get("usage"),
+            "state": {"tool_specs": state.get("tool_specs")},
+            "error_message": row.error_message,
             "segments": state.get("segment", 0) + 1,
             "items": [
                 {
@@ -61,6 +62,94 @@ def write_artifacts(db: Any, svc: Any, episode_id: str) -> str | None:
     if doc is None or svc.objects is None:
         return None
     prefix = f"orchestrator/episodes/{episode_id}"
-    svc.objects.put(f"{prefix}/trajectory.json", json.dumps(doc, indent=1).encode())
+    svc.objects.put(f"{prefix}/trajectory.json", to_shared(doc).to_json().encode())
     svc.objects.put(f"{prefix}/report.html", render_report(doc).encode())
     return prefix
+
+
+EXIT = {
+    "completed": "completed",
+    "scenario_end": "completed",
+    "max_steps": "max_steps",
+    "max_tokens": "max_tokens",
+    "max_wall_s": "timeout",
+    "policy_error": "error",
+}
+
+
+def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The platform's versioned trajectory (``shared.trajectory``) from an episode's items:
+    model calls with their observations and request options, compaction boundaries carrying
+    the new context, the score as metadata and exit."""
+    from shared.chat import ChatMessage, ToolDefinition, Usage
+    from shared.trajectory import EventResult, Generation, Trajectory
+
+    state = doc.get("state") or {}
+    traj = Trajectory(
+        id=doc["episode_id"],
+        tools=[ToolDefinition.model_validate(t) for t in state.get("tool_specs") or []],
+    )
+    task = doc.get("task") or {}
+    meta = traj.metadata
+    meta.harness, meta.task, meta.seed = doc.get("harness"), task.get("scenario"), task.get("seed")
+    clock, errors = [], []
+    for it in doc["items"]:
+        kind = it["kind"]
+        if kind in ("system", "user"):
+            traj.add_message(ChatMessage.model_validate(it["message"]))
+        elif kind == "assistant":
+            usage = it.get("usage") or {}
+            gen = Generation(
+                model=it.get("model") or None,
+                usage=Usage(
+                    prompt_tokens=usage.get("prompt_tokens", 0),
+                    completion_tokens=usage.get("completion_tokens", 0),
+                    total_tokens=usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0),
+                )
+                if usage
+                else None,
+                finish_reason=it.get("finish_reason"),
+                completion_token_ids=it.get("token_ids"),
+                logprobs=it.get("logprobs"),
+            )
+            meta.model = meta.model or gen.model
+            traj.add_model_step(
+                ChatMessage.model_validate(it["message"]), gen, options=it.get("options") or {}
+            )
+        elif kind == "tool":
+            traj.add_observation(
+                it["call_id"],
+                it["observation"],
+                is_error=bool(it.get("is_error")),
+                metadata={k: it.get(k) for k in ("name", "idempotency_key", "replayed")},
+            )
+        elif kind == "compaction":
+            traj.add_compaction(
+                [ChatMessage.model_validate(m) for m in it.get("context") or []],
+                strategy=it.get("policy", "summary"),
+                summary=it.get("summary"),
+                tokens_before=it.get("tokens_before"),
+                tokens_after=it.get("tokens_after"),
+            )
+        elif kind == "clock":
+            clock.append({k: it.get(k) for k in ("from", "to", "day", "fired")})
+        elif kind == "error":
+            errors.append({k: it.get(k) for k in ("where", "message")})
+    result = doc.get("result") or {}
+    meta.reward = doc.get("reward")
+    meta.event_results = [
+        EventResult(event_id=e["event_id"], passed=bool(e.get("passed")), detail=e.get("title"))
+        for e in result.get("events") or []
+    ]
+    meta.extra = {"policy": doc.get("policy"), "clock": clock, "errors": errors,
+                  "state_hash": result.get("state_hash"), "full_hash": result.get("full_hash")}  # fmt: skip
+    status = doc.get("status")
+    if status in ("succeeded", "failed", "cancelled"):
+        reason = (result or {}).get("exit_reason")
+        if status == "cancelled":
+            traj.finish("cancelled", reward=meta.reward)
+        elif status == "failed":
+            traj.finish("error", reason=doc.get("error_message"), reward=meta.reward)
+        else:
+            traj.finish(EXIT.get(reason or "", "completed"), reason=reason, reward=meta.reward)  # type: ignore[arg-type]
+    return traj

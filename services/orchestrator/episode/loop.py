@@ -62,10 +62,13 @@ class World:
     start: datetime
 
     def now(self) -> datetime:
-        return datetime.fromisoformat(self.client.clock(self.id))
+        return self.client.clock(self.id).now
 
     def state_hash(self) -> str:
-        return self.client.state(self.id, tables=False)["state_hash"]
+        return self.client.state(self.id, tables=False).state_hash
+
+    def events(self) -> list[dict[str, Any]]:
+        return [e.model_dump(mode="json") for e in self.client.events(self.id).events]
 
 
 @dataclass
@@ -210,6 +213,7 @@ class Loop:
                 "token_ids": turn.token_ids,
                 "logprobs": turn.logprobs,
                 "prompt_tokens_counted": s["tokens"],
+                "options": turn.options,
             },
         )
         if turn.tool_calls:
@@ -302,9 +306,9 @@ class Loop:
         if w is None:
             self.finish("completed")
             return
-        events = w.client.events(w.id)
+        events = w.client.events(w.id).events
         now = w.now()
-        due = sorted(datetime.fromisoformat(e["due_at"]) for e in events if e["status"] == "due")
+        due = sorted(e.due_at for e in events if e.status == "due" and e.due_at is not None)
         if not due or due[0] > w.end:
             if now < w.end:
                 w.client.advance(w.id, to=w.end.isoformat())
@@ -314,18 +318,18 @@ class Loop:
         target = max(due[0], now)
         out = w.client.advance(w.id, to=target.isoformat())
         s["day"] = (target.date() - w.start.date()).days + 1
-        self._clock_item(now, target, fired=out.get("fired", []))
+        self._clock_item(now, target, fired=out.fired)
         s["day_steps"] = 0  # a fresh step budget after every move of the clock
-        fired = len(out.get("fired", []))
+        fired = len(out.fired)
         note = f"{fired} new item(s) arrived" if fired else "Nothing new has arrived yet"
-        s["messages"].append(
-            {
-                "role": "user",
-                "content": f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {note}. "
-                "Check your mail, chat and calendar and handle what needs handling; "
-                "say when you are done for now.",
-            }
-        )
+        notice = {
+            "role": "user",
+            "content": f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {note}. "
+            "Check your mail, chat and calendar and handle what needs handling; "
+            "say when you are done for now.",
+        }
+        s["messages"].append(notice)
+        self.emit("user", {"message": notice})
 
     def _clock_item(self, before: datetime, after: datetime, fired: list | None = None) -> None:
         self.s["clock"] = after.isoformat()
@@ -374,6 +378,7 @@ class Loop:
                 "masked": out.masked,
                 "dropped_units": out.dropped_units,
                 "kept_messages": len(out.messages),
+                "context": out.messages,
                 "counter": rt.compactor.counter.name,
             },
         )

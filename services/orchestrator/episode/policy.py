@@ -29,6 +29,7 @@ class Turn:
     finish_reason: str = "stop"
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # request fields as sent
 
     def message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
@@ -55,6 +56,13 @@ class View:
     names: dict[str, str]  # "gmail/send_email" -> the harness's tool name
     max_tokens: int = 4096
     reasoning_effort: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The request fields besides messages, tools and model (what a replay must match)."""
+        out: dict[str, Any] = {"max_tokens": self.max_tokens}
+        if self.reasoning_effort:
+            out["reasoning_effort"] = self.reasoning_effort
+        return out
 
 
 class OpenAIPolicy:
@@ -85,19 +93,14 @@ class OpenAIPolicy:
         return self._model
 
     def act(self, view: View) -> Turn:
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": view.messages,
-            "max_tokens": view.max_tokens,
-        }
+        options = view.options()
+        if self.temperature is not None:
+            options["temperature"] = self.temperature
+        if self.seed is not None:
+            options["seed"] = self.seed
+        kwargs: dict[str, Any] = {"model": self.model, "messages": view.messages, **options}
         if view.tools:
             kwargs["tools"] = view.tools
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
-        if self.seed is not None:
-            kwargs["seed"] = self.seed
-        if view.reasoning_effort:
-            kwargs["reasoning_effort"] = view.reasoning_effort
         resp = self.client.chat.completions.create(**kwargs)
         choice = resp.choices[0]
         msg = choice.message
@@ -120,6 +123,7 @@ class OpenAIPolicy:
             usage=usage,
             model=resp.model,
             finish_reason=choice.finish_reason or "stop",
+            options=options,
         )
 
     def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
@@ -191,7 +195,10 @@ class OraclePolicy:
         last_result = last.get("content") if last.get("role") == "tool" else None
         call = self.planner.next_call(view.cursor, last_result)
         if call is None:
-            return Turn(content="Everything that has come in so far is handled. Done for now.")
+            return Turn(
+                content="Everything that has come in so far is handled. Done for now.",
+                options=view.options(),
+            )
         source, args = call
         name = view.names.get(source)
         if name is None:
@@ -202,6 +209,7 @@ class OraclePolicy:
             content="",
             tool_calls=[{"id": f"call_oracle_{n}", "name": name, "arguments": json.dumps(args)}],
             finish_reason="tool_calls",
+            options=view.options(),
         )
 
     def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:

@@ -220,22 +220,20 @@ class EpisodeRunner:
         world: dict[str, Any] | None = None
         scenario: dict[str, Any] | None = None
         if task.scenario:
-            scenario = self.svc.tools.get_json(
-                f"/scenarios/{task.scenario}", params={"seed": task.seed}
-            )
+            scenario = self.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
             created = self.svc.tools.create_world(task.scenario, task.seed)
-            world = {"id": created["id"], "token": created["token"]}
+            world = {"id": created.id, "token": created.token}
             with self.db.session() as s:
-                s.get(EpisodeRow, self.id).world_id = created["id"]
+                s.get(EpisodeRow, self.id).world_id = created.id
         sandbox_id = None
         if task.sandbox_template:
             box = self.svc.sandbox.create(
                 task.sandbox_template, metadata={"k3stack_episode": self.id}
             )
-            sandbox_id = box.get("sandboxID") or box.get("id")
+            sandbox_id = box.sandboxID
             with self.db.session() as s:
                 s.get(EpisodeRow, self.id).sandbox_id = sandbox_id
-        now = self.svc.tools.clock(world["id"]) if world else now_utc().isoformat()
+        now = (self.svc.tools.clock(world["id"]).now if world else now_utc()).isoformat()
         skills = load_skills()
         environment = {"cwd": "/root", "shell": "sh"} if sandbox_id else {}
         if scenario:
@@ -290,6 +288,7 @@ class EpisodeRunner:
                 end=datetime.fromisoformat(scenario["end"]),
                 start=datetime.fromisoformat(scenario["start"]),
             )  # fmt: skip
+        state["tool_specs"] = tools.specs()
         policy = self.policy_override or self._policy(request, world)
         if hasattr(policy, "sections"):
             policy.sections = list(harness.context.summary_sections)
@@ -314,10 +313,8 @@ class EpisodeRunner:
         spec = request.policy
         if spec.kind == "oracle":
             assert world is not None
-            scenario = self.svc.tools.get_json(
-                f"/scenarios/{request.task.scenario}", params={"seed": request.task.seed}
-            )
-            return OraclePolicy(scenario, lambda: self.svc.tools.events(world.id))
+            scenario = self.svc.tools.scenario(request.task.scenario, request.task.seed)
+            return OraclePolicy(scenario.model_dump(mode="json"), world.events)
         base_url = spec.base_url or self.svc.model.openai_base_url
         api_key = spec.api_key or self.svc.settings.model.api_key
         return OpenAIPolicy(
@@ -352,8 +349,8 @@ class EpisodeRunner:
         result: dict[str, Any] = {"exit_reason": state.get("exit_reason")}
         reward = None
         if rt.world is not None:
-            checks = self.svc.tools.checks(rt.world.id)
-            world_state = self.svc.tools.state(rt.world.id, tables=False)
+            checks = self.svc.tools.checks(rt.world.id).model_dump(mode="json")
+            world_state = self.svc.tools.state(rt.world.id, tables=False).model_dump(mode="json")
             total = checks["events_total"] or 0
             reward = checks["events_passed"] / total if total else 0.0
             result.update(
@@ -372,19 +369,20 @@ class EpisodeRunner:
         self._emit("score", {"reward": reward, **result})
         state["phase"] = "done"
         self._persist(state)
-        location = None
+        with self.db.session() as s:
+            row = s.get(EpisodeRow, self.id)
+            row.status, row.reward, row.result = "succeeded", reward, result
+            row.progress, row.updated_at = 1.0, now_utc()
+            row.lease_expires_at = None
         try:
             from services.orchestrator.episode.export import write_artifacts
 
             location = write_artifacts(self.db, self.svc, self.id)
         except Exception:  # noqa: BLE001 - the episode is scored even if the artefacts fail
             log.exception("episode %s: writing trajectory/report failed", self.id)
+            return
         with self.db.session() as s:
-            row = s.get(EpisodeRow, self.id)
-            row.status, row.reward, row.result = "succeeded", reward, result
-            row.result_location = location
-            row.progress, row.updated_at = 1.0, now_utc()
-            row.lease_expires_at = None
+            s.get(EpisodeRow, self.id).result_location = location
 
     def _finish_status(self, status: str, code: str | None, message: str | None) -> None:
         with self.db.session() as s:

@@ -48,7 +48,8 @@ class ToolContext:
 
         timeout = min(timeout_s or self.timeout_s, self.timeout_s)
         try:
-            return self.sandbox.exec(self.sandbox_id, command, timeout=timeout, cwd=cwd or self.cwd)
+            out = self.sandbox.exec(self.sandbox_id, command, timeout=timeout, cwd=cwd or self.cwd)
+            return out.model_dump() if hasattr(out, "model_dump") else dict(out)
         except ServiceError as exc:
             raise ToolFailure(f"sandbox error: {exc}") from None
 

@@ -70,7 +70,10 @@ def call_tool(ctx: WorldContext, tool: Tool, arguments: Any) -> dict[str, Any]:
 
     def attempt() -> Any:
         out = tool.handler(ctx, args)
-        ctx.session.commit()
+        if tool.read_only:
+            ctx.session.rollback()  # a read never changes the world, by construction
+        else:
+            ctx.session.commit()
         return out
 
     try:

@@ -19,6 +19,7 @@ from shared.contracts.tools import (
     Clock,
     EventInfo,
     EventList,
+    OraclePlan,
     RestoreBody,
     ScenarioInstance,
     ScenarioList,
@@ -262,3 +263,28 @@ def scenario_instance(name: str, seed: int = Query(0, ge=0, le=2**31 - 1)) -> Sc
     except KeyError as exc:
         raise APIError(404, "unknown_scenario", str(exc.args[0])) from None
     return sc.build(seed)
+
+
+@router.get("/scenarios/{name}/oracle", response_model=OraclePlan, operation_id="getOraclePlan")
+def oracle_plan(
+    name: str, request: Request, seed: int = Query(0, ge=0, le=2**31 - 1)
+) -> OraclePlan:
+    """The scenario's oracle as MCP tool calls at simulated times, for ``seed``: replayed in
+    order against a fresh world of this scenario and seed (advancing the clock to each
+    step's ``at``, then to ``end``), it passes every event. Computed by running the oracle in
+    a scratch world, which is deleted afterwards."""
+    try:
+        sc = get_scenario(name)
+    except KeyError as exc:
+        raise APIError(404, "unknown_scenario", str(exc.args[0])) from None
+    from services.tools.scenarios.drive import LocalDriver
+    from services.tools.scenarios.oracle import run_oracle
+
+    inst = sc.build(seed)
+    driver = LocalDriver.create(_db(request), name, seed)
+    try:
+        steps = run_oracle(driver, inst)
+    finally:
+        with _db(request).session() as s:
+            service.delete_world(s, driver.world_id)
+    return OraclePlan(scenario=name, seed=seed, end=inst.end, steps=steps)

@@ -50,6 +50,7 @@ from services.model.serving.protocol import (
     ToolCallDelta,
     TopLogprob,
     Usage,
+    chat_request,
     new_id,
 )
 from services.model.serving.sampling import LogitsProcessor, SamplingParams, TokenLogprob
@@ -351,6 +352,20 @@ class ReferenceBackend(Backend):
                 headers={"Retry-After": "1"} if exc.status == 429 else None,
             ) from exc
 
+    async def _start_all(
+        self, prompt_ids: list[int], params: list[SamplingParams]
+    ) -> list[RequestStream]:
+        """Submit every choice, or none: if one is refused (e.g. 429), abort those already in."""
+        streams: list[RequestStream] = []
+        try:
+            for p in params:
+                streams.append(self._start(prompt_ids, p))
+        except BaseException:
+            for stream in streams:
+                await stream.aclose()
+            raise
+        return streams
+
     async def _outputs(self, stream: RequestStream) -> AsyncIterator[EngineOutput]:
         """The stream's outputs, timed for ``/metrics``; closes it however the caller stops."""
         started = time.monotonic()
@@ -465,6 +480,7 @@ class ReferenceBackend(Backend):
                 else None
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
         )
         return choice, run
 
@@ -486,19 +502,19 @@ class ReferenceBackend(Backend):
         chunk_id, created = new_id("chatcmpl"), int(time.time())
         runs = [_Run() for _ in range(req.n)]
         # Submit every choice now, so request errors still answer 400 before the first chunk.
-        streams = [
-            self._start(
-                prompt.ids,
+        streams = await self._start_all(
+            prompt.ids,
+            [
                 self._params(
                     req,
                     prompt.stop_ids,
                     logprobs=self._chat_logprobs(req),
                     index=i,
                     processor=self._processor(req, prompt),
-                ),
-            )
-            for i in range(req.n)
-        ]
+                )
+                for i in range(req.n)
+            ],
+        )
 
         def chunk(choice: ChatChunkChoice, first: bool = False) -> ChatCompletionChunk:
             return ChatCompletionChunk(
@@ -551,11 +567,16 @@ class ReferenceBackend(Backend):
                     ),
                     parse_errors=errors or None,
                     raw_output=parsed.raw if errors else None,
+                    stop_reason=run.last.stop_string if run.last else None,
                 )
             )
 
-        async for item in merge([one(i) for i in range(req.n)]):
-            yield item
+        try:
+            async for item in merge([one(i) for i in range(req.n)]):
+                yield item
+        finally:
+            for stream in streams:  # idempotent; covers choices whose task never started
+                await stream.aclose()
         if include_usage:
             yield ChatCompletionChunk(
                 id=chunk_id,
@@ -627,6 +648,7 @@ class ReferenceBackend(Backend):
                 else None
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
         )
         return choice, run
 
@@ -644,12 +666,13 @@ class ReferenceBackend(Backend):
         prompt = await self._completion_prompt(req)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         cid, created = new_id("cmpl"), int(time.time())
-        streams = [
-            self._start(
-                prompt.ids, self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=i)
-            )
-            for i in range(req.n)
-        ]
+        streams = await self._start_all(
+            prompt.ids,
+            [
+                self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=i)
+                for i in range(req.n)
+            ],
+        )
         lasts: list[EngineOutput | None] = [None] * req.n
 
         def chunk(index: int, text: str, finish: str | None = None, **extra: Any) -> Completion:
@@ -678,12 +701,17 @@ class ReferenceBackend(Backend):
                 if out.finished:
                     if out.error:
                         raise OpenAIError(500, out.error, type="server_error", code="engine_error")
+                    extra["stop_reason"] = out.stop_string
                     yield chunk(index, text, out.finish_reason, **extra)
                 elif text or extra:
                     yield chunk(index, text, **extra)
 
-        async for item in merge([one(i) for i in range(req.n)]):
-            yield item
+        try:
+            async for item in merge([one(i) for i in range(req.n)]):
+                yield item
+        finally:
+            for stream in streams:
+                await stream.aclose()
         if include_usage:
             yield Completion(
                 id=cid, created=created, model=self.served_model_name, choices=[],
@@ -698,12 +726,14 @@ class ReferenceBackend(Backend):
             self._check_text_length(req.prompt, "prompt")
             ids = self.tokenizer.encode(req.prompt, allow_special=req.add_special_tokens)
             return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=engine_len)
-        chat = ChatCompletionRequest(
-            messages=req.messages or [],
-            tools=req.tools,
-            tool_choice=req.tool_choice,
-            response_format=req.response_format,
-            reasoning_effort=req.reasoning_effort,
+        chat = chat_request(
+            {
+                "messages": req.messages or [],
+                "tools": req.tools,
+                "tool_choice": req.tool_choice,
+                "response_format": req.response_format,
+                "reasoning_effort": req.reasoning_effort,
+            }
         )
         rendered = self._render(chat, add_generation_prompt=req.add_generation_prompt)
         self._check_text_length(rendered.text, "messages")
