@@ -179,18 +179,26 @@ def test_evicting_one_group_page_invalidates_its_siblings(model):
 
 
 def test_pinned_pages_are_never_evicted(model):
-    """A request holding hit pages keeps them even when another allocation needs room."""
+    """Pages a hit pinned survive an allocation that makes the cache evict everything it can,
+    and their bytes are untouched while the freed pages are rewritten."""
     eng = make(model, spare_pages=0, max_tokens=256)
     cache, pool = eng.prefix_cache, eng.runner.pools
     prompt = tokens(120, 12)
     eng.generate(prompt, 1)
+    eng.generate(tokens(120, 13), 1)  # a second, unpinned prefix the eviction may take
     st = pool.allocate()
     assert cache.match(prompt + [5], st) == 112
     held = list(st.block_table)
+    before = pool.storage[held].clone()
     with pytest.raises(PoolExhausted):
         pool.take(pool.num_free_pages + 100)  # forces the cache to evict all it can
-    assert all(pool.refs[p] >= 1 for p in held)
-    assert cache.lookup(prompt + [5])[1] == 0 or all(p in held for p in cache.lookup(prompt)[2])
+    assert cache.stats.evicted_pages + cache.stats.evicted_checkpoints > 0
+    grabbed = pool.take(pool.num_free_pages)
+    pool.storage[grabbed] = 255  # whoever gets the freed pages writes them
+    assert all(pool.refs[p] >= 1 for p in held) and not set(held) & set(grabbed)
+    assert torch.equal(pool.storage[held], before)
+    for p in grabbed:
+        pool.unref(p)
     pool.free(st)
     cache.check_invariants()
 
