@@ -136,6 +136,11 @@ class ModelSettings(ServiceSettings):
     host_tier_bytes: int = Field(
         0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
     )
+    admission_classes: str = Field(
+        "",
+        description="Prompt-length classes with their own prefill budget per step, e.g. "
+        "'2048:128,*:256' (empty = first come first served).",
+    )
 
 
 class SandboxSettings(ServiceSettings):

@@ -8,7 +8,7 @@ from services.model.arch import K3Config, K3ForCausalLM
 from services.model.serving.offline import OfflineEngine
 from services.model.serving.pool import PagedPool
 from services.model.serving.runner import K3Runner
-from services.model.serving.scheduler import AdmissionClass
+from services.model.serving.scheduler import AdmissionClass, parse_admission_classes
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +38,13 @@ def test_a_burst_of_long_prompts_does_not_hold_back_short_ones(model):
     assert classed["long0"] == 1 and classed["long1"] != 1  # longs share their class budget
     assert eng.scheduler.class_admitted[0] == 2
     assert eng.scheduler.class_wait_steps[1] > 0
+
+
+def test_admission_classes_parse_from_the_setting():
+    assert parse_admission_classes("2048:128,*:256", 512) == [
+        AdmissionClass(2048, 128), AdmissionClass(None, 256)
+    ]  # fmt: skip
+    assert parse_admission_classes("100:8", 64)[-1] == AdmissionClass(None, 64)
+    assert parse_admission_classes("", 64) == []
+    with pytest.raises(ValueError, match="'x:1'"):
+        parse_admission_classes("x:1", 64)

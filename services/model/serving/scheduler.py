@@ -26,8 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.model.serving.admission import AdmissionClass, parse_admission_classes
 from services.model.serving.prefix_cache import PrefixCache
 from services.model.serving.runner import ModelRunner, PoolExhausted
+
+__all__ = ["AdmissionClass", "Scheduler", "SchedRequest", "parse_admission_classes"]
 
 log = logging.getLogger("k3stack.model.scheduler")
 
@@ -59,15 +62,6 @@ class SchedRequest:
     @property
     def is_prefilling(self) -> bool:
         return self.num_tokens - self.num_computed > 1 or not self.output_ids
-
-
-@dataclass(frozen=True)
-class AdmissionClass:
-    """Prompts of at most ``max_prompt_tokens`` (None: any length) share ``token_budget``
-    prefill tokens per step, so a burst of long prompts uses up only its own class's share."""
-
-    max_prompt_tokens: int | None
-    token_budget: int
 
 
 @dataclass
@@ -121,6 +115,18 @@ class Scheduler:
             if c.max_prompt_tokens is None or len(req.prompt_ids) <= c.max_prompt_tokens:
                 return k
         return 0
+
+    def class_readings(self) -> dict[str, float]:
+        """Per admission class: requests waiting now, admitted, and request-steps spent waiting."""
+        out: dict[str, float] = {}
+        waiting = [0] * len(self.classes)
+        for req in self.waiting:
+            waiting[self.class_of(req)] += 1
+        for k in range(len(self.classes)):
+            out[f"class{k}_waiting"] = waiting[k]
+            out[f"class{k}_admitted"] = self.class_admitted[k]
+            out[f"class{k}_wait_steps"] = self.class_wait_steps[k]
+        return out
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)

@@ -25,6 +25,7 @@ def _reference(s: ModelSettings) -> Backend:
 
         from services.model.serving.engine import Engine
         from services.model.serving.runner import K3Runner
+        from services.model.serving.scheduler import parse_admission_classes
 
         if s.num_threads:
             torch.set_num_threads(s.num_threads)
@@ -62,6 +63,9 @@ def _reference(s: ModelSettings) -> Backend:
             max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
             max_queued_requests=s.max_queued_requests,
             prefix_cache=prefix_cache,
+            admission_classes=parse_admission_classes(
+                s.admission_classes, s.max_num_batched_tokens
+            ),
         )
 
     return ReferenceBackend(
