@@ -124,6 +124,23 @@ class ModelSettings(ServiceSettings):
         description="Requests the reference engine queues beyond max_num_seqs before answering "
         "429 with Retry-After.",
     )
+    prefix_cache: bool = Field(
+        True, description="Hybrid KDA/MLA prefix cache of the reference engine (paged pool)."
+    )
+    page_tokens: int = Field(
+        6144, ge=16, description="Tokens per physical page of the paged pool (MLA latent KV)."
+    )
+    hash_block_tokens: int = Field(
+        512, ge=1, description="Prefix-hash granularity; page_tokens must be a multiple of it."
+    )
+    host_tier_bytes: int = Field(
+        0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
+    )
+    admission_classes: str = Field(
+        "",
+        description="Prompt-length classes with their own prefill budget per step, e.g. "
+        "'2048:128,*:256' (empty = first come first served).",
+    )
 
 
 class SandboxSettings(ServiceSettings):

@@ -18,13 +18,13 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.model.serving.prefix_cache import PrefixCache
+from services.model.serving.prefix_cache import PrefixCache, prefix_cache_metrics
 from services.model.serving.runner import ModelRunner
 from services.model.serving.sampling import Sampler, SamplingParams, TokenLogprob
-from services.model.serving.scheduler import SchedRequest, Scheduler
+from services.model.serving.scheduler import AdmissionClass, SchedRequest, Scheduler
 from services.model.tokenizer.base import IncrementalDecoder, Piece, Tokenizer
 
 log = logging.getLogger("k3stack.model.engine")
@@ -182,6 +182,7 @@ class Engine:
         max_num_batched_tokens: int = 512,
         prefix_cache: PrefixCache | None = None,
         max_queued_requests: int | None = None,
+        admission_classes: Sequence[AdmissionClass] = (),
     ) -> None:
         """``max_queued_requests``: how many requests may wait beyond ``max_num_seqs`` before
         :meth:`submit` raises :class:`EngineBusy` (None = no limit)."""
@@ -195,6 +196,7 @@ class Engine:
             max_num_batched_tokens=max_num_batched_tokens,
             prefix_cache=prefix_cache,
             on_preempt=self._on_preempt,
+            admission_classes=admission_classes,
         )
         self.prefix_cache = prefix_cache
         self.stats = EngineStats()
@@ -481,4 +483,6 @@ class Engine:
             "preemptions": s.num_preemptions,
             "aborted": s.num_aborted,
             "cache_usage": float(getattr(self.runner, "cache_usage", 0.0)),
+            **prefix_cache_metrics(self.prefix_cache),
+            **self.scheduler.class_readings(),
         }
