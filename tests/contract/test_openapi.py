@@ -15,10 +15,7 @@ from tests.helpers.openapi import CONTRACTS, DRIFT_GUARDED, assert_no_drift, unt
 
 # Routes still answering a free-form body, while their owners type them: shrink this list,
 # never grow it (a typed route left listed fails the test too).
-UNTYPED_ALLOWED: dict[str, set[str]] = {
-    # being typed on branch i10-orch (response_model=shared.trajectory.Trajectory)
-    "orchestrator": {"GET /episodes/{episode_id}/trajectory"},
-}
+UNTYPED_ALLOWED: dict[str, set[str]] = {}
 
 
 @pytest.mark.parametrize("name", DRIFT_GUARDED)
