@@ -124,6 +124,23 @@ class ModelSettings(ServiceSettings):
         description="Requests the reference engine queues beyond max_num_seqs before answering "
         "429 with Retry-After.",
     )
+    prefix_cache: bool = Field(
+        True, description="Hybrid KDA/MLA prefix cache of the reference engine (paged pool)."
+    )
+    page_tokens: int = Field(
+        6144, ge=16, description="Tokens per physical page of the paged pool (MLA latent KV)."
+    )
+    hash_block_tokens: int = Field(
+        512, ge=1, description="Prefix-hash granularity; page_tokens must be a multiple of it."
+    )
+    host_tier_bytes: int = Field(
+        0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
+    )
+    admission_classes: str = Field(
+        "",
+        description="Prompt-length classes with their own prefill budget per step, e.g. "
+        "'2048:128,*:256' (empty = first come first served).",
+    )
 
 
 class SandboxSettings(ServiceSettings):
@@ -180,6 +197,22 @@ class SandboxSettings(ServiceSettings):
         description="Allow the `process` runtime (bubblewrap, not a security boundary) in "
         "deployed mode; local mode always allows it.",
     )
+    exec_max_timeout_s: int = Field(
+        3600, ge=1, le=7 * 24 * 3600,
+        description="Longest a sandbox command may run; an exec timeout of 0 means this.",
+    )  # fmt: skip
+    exec_max_output_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, le=1 << 30,
+        description="Exec output kept per stream; past it output is dropped (truncated: true).",
+    )  # fmt: skip
+    guest_call_limit: int = Field(
+        32, ge=1, le=1024,
+        description="Exec and file calls into sandboxes in flight at once; more get 429.",
+    )  # fmt: skip
+    guest_pids_max: int = Field(
+        1024, ge=16, le=1 << 22,
+        description="Processes a microVM guest's commands may have at once (cgroup pids.max).",
+    )  # fmt: skip
 
 
 class ToolsSettings(ServiceSettings):

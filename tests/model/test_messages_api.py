@@ -127,3 +127,15 @@ def test_x_api_key_is_accepted_when_auth_is_on():
             client(server.url, key="wrong").messages.create(
                 model="k3-tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
             )
+
+
+def test_stop_sequence_is_reported(model_server):
+    c = client(model_server.url)
+    ask = {"model": "k3-tiny", "messages": [{"role": "user", "content": "Go on."}]}
+    greedy = {"extra_body": {"top_k": 1}}  # this SDK has no sampling arguments any more
+    free = c.messages.create(**ask, max_tokens=24, **greedy)
+    text = "".join(b.text for b in free.content if b.type == "text")
+    assert len(text) >= 4, text  # greedy decoding of the random model: deterministic
+    stopped = c.messages.create(**ask, max_tokens=24, stop_sequences=[text[2:4]], **greedy)
+    assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == text[2:4]
+    assert "".join(b.text for b in stopped.content if b.type == "text") == text[:2]

@@ -173,3 +173,24 @@ def test_models_retrieve(model_server):
     assert c.models.retrieve("k3-tiny").id == "k3-tiny"
     with pytest.raises(Exception, match="does not exist"):
         c.models.retrieve("nope")
+
+
+def test_stop_string_is_reported(model_server, tokenizer):
+    word = next(
+        t
+        for t in range(tokenizer.vocab_size)
+        if not tokenizer.is_special(t)
+        and tokenizer.token_bytes(t).strip().isalpha()
+        and len(tokenizer.token_bytes(t).strip()) >= 3
+    )
+    text = tokenizer.token_bytes(word).decode()
+    done = client(model_server.url).completions.create(
+        model="k3-tiny",
+        prompt="x",
+        max_tokens=8,
+        stop=[text],
+        logit_bias={str(word): 100},
+    )
+    choice = done.choices[0]
+    assert choice.finish_reason == "stop" and choice.text == ""
+    assert choice.model_extra["stop_reason"] == text

@@ -18,13 +18,13 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.model.serving.prefix_cache import PrefixCache
+from services.model.serving.prefix_cache import PrefixCache, prefix_cache_metrics
 from services.model.serving.runner import ModelRunner
 from services.model.serving.sampling import Sampler, SamplingParams, TokenLogprob
-from services.model.serving.scheduler import SchedRequest, Scheduler
+from services.model.serving.scheduler import AdmissionClass, SchedRequest, Scheduler
 from services.model.tokenizer.base import IncrementalDecoder, Piece, Tokenizer
 
 log = logging.getLogger("k3stack.model.engine")
@@ -66,6 +66,8 @@ class EngineOutput:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     #: Seconds from submission to first admission (on the finished output).
     queue_time_s: float | None = None
+    #: The stop string that ended the output, if one did (on the finished output).
+    stop_string: str | None = None
 
 
 class StopStrings:
@@ -74,6 +76,7 @@ class StopStrings:
     def __init__(self, stops: list[str]) -> None:
         self.stops = [s for s in stops if s]
         self._held = ""
+        self.matched: str | None = None  # the stop string that ended the output
 
     def push(self, pieces: list[Piece]) -> tuple[list[Piece], bool]:
         """(pieces safe to emit, whether a stop string ended the output)."""
@@ -88,7 +91,7 @@ class StopStrings:
             buf = self._held + p.text
             hits = [(buf.find(s), s) for s in self.stops if s in buf]
             if hits:
-                idx = min(hits)[0]
+                idx, self.matched = min(hits)
                 if idx:
                     out.append(Piece(buf[:idx]))
                 self._held = ""
@@ -179,6 +182,7 @@ class Engine:
         max_num_batched_tokens: int = 512,
         prefix_cache: PrefixCache | None = None,
         max_queued_requests: int | None = None,
+        admission_classes: Sequence[AdmissionClass] = (),
     ) -> None:
         """``max_queued_requests``: how many requests may wait beyond ``max_num_seqs`` before
         :meth:`submit` raises :class:`EngineBusy` (None = no limit)."""
@@ -192,6 +196,7 @@ class Engine:
             max_num_batched_tokens=max_num_batched_tokens,
             prefix_cache=prefix_cache,
             on_preempt=self._on_preempt,
+            admission_classes=admission_classes,
         )
         self.prefix_cache = prefix_cache
         self.stats = EngineStats()
@@ -436,6 +441,7 @@ class Engine:
             queue_time_s=(
                 (req.admitted_at or time.monotonic()) - req.arrival if finished else None
             ),
+            stop_string=req.stopper.matched if finished and req.stopper is not None else None,
         )
 
     def _finish(
@@ -477,4 +483,6 @@ class Engine:
             "preemptions": s.num_preemptions,
             "aborted": s.num_aborted,
             "cache_usage": float(getattr(self.runner, "cache_usage", 0.0)),
+            **prefix_cache_metrics(self.prefix_cache),
+            **self.scheduler.class_readings(),
         }

@@ -28,6 +28,7 @@ from services.model.serving.protocol import (
     TokenizeRequest,
     Usage,
     _TopRequest,
+    chat_request,
     new_id,
 )
 
@@ -169,6 +170,8 @@ def to_chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[s
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if role not in ("user", "assistant") or not isinstance(blocks, list):
             raise _bad(f"{where}: role must be 'user' or 'assistant' with content", where)
+        if not all(isinstance(b, dict) for b in blocks):
+            raise _bad(f"{where}.content: expected a string or a list of content blocks", where)
         if role == "assistant":
             turn: dict[str, Any] = {"role": "assistant", "content": ""}
             calls = []
@@ -254,12 +257,7 @@ def _tool_fields(tools: list[Tool] | None, choice: ToolChoice | None) -> dict[st
 
 
 def _validate(body: dict[str, Any]) -> ChatCompletionRequest:
-    try:
-        return ChatCompletionRequest.model_validate(
-            {k: v for k, v in body.items() if v is not None}
-        )
-    except ValueError as exc:
-        raise OpenAIError(400, f"invalid request: {exc}") from exc
+    return chat_request({k: v for k, v in body.items() if v is not None})
 
 
 def to_chat_request(req: MessagesRequest) -> ChatCompletionRequest:
@@ -336,10 +334,14 @@ def from_chat(answer: ChatCompletion) -> Message:
                 "input": _arguments(call.function.arguments),
             }
         )
+    stop = choice.stop_reason
     return Message(
         model=answer.model,
         content=blocks,
-        stop_reason=_STOP.get(choice.finish_reason or "stop", "end_turn"),
+        stop_reason="stop_sequence"
+        if stop
+        else _STOP.get(choice.finish_reason or "stop", "end_turn"),
+        stop_sequence=stop,
         usage=_usage(answer.usage),
     )
 
@@ -352,6 +354,7 @@ async def stream_events(
     index = -1
     open_kind: str | None = None
     stop_reason = "end_turn"
+    stop_sequence: str | None = None
     usage: Usage | None = None
 
     def start() -> dict[str, Any]:
@@ -433,6 +436,8 @@ async def stream_events(
                     )
             if choice.finish_reason:
                 stop_reason = _STOP.get(choice.finish_reason, "end_turn")
+                if choice.stop_reason:
+                    stop_reason, stop_sequence = "stop_sequence", choice.stop_reason
         for e in events:
             yield e
     if not started:
@@ -442,7 +447,7 @@ async def stream_events(
     final = _usage(usage)
     yield {
         "type": "message_delta",
-        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+        "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
         "usage": final.model_dump(),
     }
     yield {"type": "message_stop"}

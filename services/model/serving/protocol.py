@@ -13,7 +13,14 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from services.model.serving.text_guard import check_unicode
 
@@ -264,6 +271,7 @@ _PARSE_ERRORS_DOC = (
     "What did parse is in the message; agents can turn this into an error observation."
 )
 _RAW_DOC = "k3stack extension, with parse_errors: the raw generated text, markers included."
+_STOP_REASON_DOC = "vLLM's extension: the stop string that ended the output, if one did."
 
 
 class TopLogprob(_Response):
@@ -288,6 +296,7 @@ class ChatChoice(_Response):
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
     token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
 
@@ -332,6 +341,7 @@ class ChatChunkChoice(_Response):
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
     token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
 
@@ -391,6 +401,7 @@ class CompletionChoice(_Response):
     finish_reason: str | None = None
     logprobs: CompletionLogprobs | None = None
     token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
 
 
 class Completion(_Response):
@@ -460,3 +471,15 @@ class DetokenizeRequest(_TopRequest):
 
 class DetokenizeResponse(_Response):
     prompt: str
+
+
+def chat_request(body: dict[str, Any]) -> ChatCompletionRequest:
+    """A chat request built from a translated body (Responses, Messages, token counting);
+    invalid fields are a 400 listing each ``field: problem``."""
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise OpenAIError(400, f"invalid request: {problems}") from None

@@ -25,6 +25,7 @@ from services.model.serving.protocol import (
     OpenAIError,
     Usage,
     _TopRequest,
+    chat_request,
     new_id,
 )
 
@@ -267,12 +268,7 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         "stream": req.stream,
         "stream_options": {"include_usage": True} if req.stream else None,
     }
-    try:
-        return ChatCompletionRequest.model_validate(
-            {k: v for k, v in body.items() if v is not None}
-        )
-    except ValueError as exc:
-        raise OpenAIError(400, f"invalid request: {exc}") from exc
+    return chat_request({k: v for k, v in body.items() if v is not None})
 
 
 def _usage(usage: Usage | None) -> ResponseUsage | None:

@@ -50,6 +50,7 @@ from services.model.serving.protocol import (
     ToolCallDelta,
     TopLogprob,
     Usage,
+    chat_request,
     new_id,
 )
 from services.model.serving.sampling import LogitsProcessor, SamplingParams, TokenLogprob
@@ -479,6 +480,7 @@ class ReferenceBackend(Backend):
                 else None
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
         )
         return choice, run
 
@@ -565,6 +567,7 @@ class ReferenceBackend(Backend):
                     ),
                     parse_errors=errors or None,
                     raw_output=parsed.raw if errors else None,
+                    stop_reason=run.last.stop_string if run.last else None,
                 )
             )
 
@@ -645,6 +648,7 @@ class ReferenceBackend(Backend):
                 else None
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
         )
         return choice, run
 
@@ -697,6 +701,7 @@ class ReferenceBackend(Backend):
                 if out.finished:
                     if out.error:
                         raise OpenAIError(500, out.error, type="server_error", code="engine_error")
+                    extra["stop_reason"] = out.stop_string
                     yield chunk(index, text, out.finish_reason, **extra)
                 elif text or extra:
                     yield chunk(index, text, **extra)
@@ -721,12 +726,14 @@ class ReferenceBackend(Backend):
             self._check_text_length(req.prompt, "prompt")
             ids = self.tokenizer.encode(req.prompt, allow_special=req.add_special_tokens)
             return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=engine_len)
-        chat = ChatCompletionRequest(
-            messages=req.messages or [],
-            tools=req.tools,
-            tool_choice=req.tool_choice,
-            response_format=req.response_format,
-            reasoning_effort=req.reasoning_effort,
+        chat = chat_request(
+            {
+                "messages": req.messages or [],
+                "tools": req.tools,
+                "tool_choice": req.tool_choice,
+                "response_format": req.response_format,
+                "reasoning_effort": req.reasoning_effort,
+            }
         )
         rendered = self._render(chat, add_generation_prompt=req.add_generation_prompt)
         self._check_text_length(rendered.text, "messages")
