@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help docs
+.PHONY: demo test setup system venv lint format bench clean help docs stress openapi
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
@@ -15,6 +15,8 @@ help:
 	@echo "make setup  - only install (system packages + virtualenv)"
 	@echo "make bench  - run the benchmark scripts under bench/"
 	@echo "make docs   - regenerate the README configuration table"
+	@echo "make stress - the whole suite with every core kept busy by a CPU burner (flakiness check)"
+	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
 
 setup: system venv
 
@@ -47,8 +49,14 @@ demo: setup
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+stress:
+	@bash scripts/stress_test.sh $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
 docs: venv
 	$(PY) -m shared.settings --readme README.md
+
+openapi: venv
+	$(PY) scripts/openapi.py

@@ -1,7 +1,10 @@
 """The FastAPI application factory every service is built with.
 
-``create_app`` gives a service, in one place: ``/health``, ``/metrics`` (Prometheus text),
-request metrics and logging, API-key auth on everything else when enabled, and the shared
+``create_app`` gives a service, in one place: ``/health`` (a report), ``/health/live`` (the
+process answers) and ``/health/ready`` (503 while a dependency check fails, so a load balancer
+stops routing to it), ``/metrics`` (Prometheus text),
+request metrics and logging, API-key auth on everything else when enabled, the deployed-mode
+start-up refusals (:func:`shared.settings.check_deployed`), and the shared
 :class:`shared.errors.Error` body for every failure — request-validation failures included, as
 400 with a message naming the field (the OpenAPI document says so too).
 """
@@ -23,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from shared.auth import require_api_key
 from shared.errors import APIError, Error
 from shared.observability import PROMETHEUS_CONTENT_TYPE, ServiceMetrics, configure_logging
-from shared.settings import Settings, get_settings
+from shared.settings import Settings, check_deployed, get_settings
 
 log = logging.getLogger("k3stack.app")
 
@@ -82,6 +85,13 @@ def create_app(
     """
     settings = settings or get_settings()
     configure_logging(settings.log_level, settings.log_format)
+    check_deployed(settings, service)
+    if settings.mode == "deployed" and not settings.auth_enabled:
+        log.error(
+            "INSECURE: %s runs in deployed mode with authentication OFF "
+            "(K3STACK_ALLOW_INSECURE_NO_AUTH=true); every route is open to anyone who can reach it",
+            service,
+        )
     metrics = ServiceMetrics(service)
     app = FastAPI(
         title=f"k3stack {service}",
@@ -122,8 +132,7 @@ def create_app(
 
     checks = health_checks or {}
 
-    @app.get("/health", response_model=Health, tags=["ops"], operation_id="getHealth")
-    async def health() -> Health:
+    async def run_checks() -> Health:
         results: dict[str, Any] = {}
         ok = True
         for name, check in checks.items():
@@ -138,6 +147,20 @@ def create_app(
         return Health(
             status="ok" if ok else "degraded", service=service, version=version, checks=results
         )
+
+    @app.get("/health", response_model=Health, tags=["ops"], operation_id="getHealth")
+    async def health() -> Health:
+        return await run_checks()
+
+    # Probes (kept out of the OpenAPI documents, which describe the service's API).
+    @app.get("/health/live", include_in_schema=False)
+    async def liveness() -> dict[str, str]:
+        return {"status": "ok", "service": service}
+
+    @app.get("/health/ready", include_in_schema=False)
+    async def readiness() -> JSONResponse:
+        report = await run_checks()
+        return JSONResponse(report.model_dump(), status_code=200 if report.status == "ok" else 503)
 
     @app.get("/metrics", tags=["ops"], operation_id="getMetrics", response_class=Response)
     async def prometheus_metrics() -> Response:

@@ -5,6 +5,11 @@
 stays in the foreground until Ctrl-C; ``--detach`` returns instead, and ``k3stack down`` stops
 what ``up`` started. Every child runs in its own process group, recorded in
 ``<data dir>/run/state.json``, so ``down`` leaves nothing behind.
+
+Services add their own subcommands (``k3stack run``, ``k3stack verify``…) without ``shared``
+importing them: an entry point in the ``k3stack.cli`` group names a Typer app, a click command
+or a plain function (``[project.entry-points."k3stack.cli"] run = "services.orchestrator.cli:app"``),
+loaded only when that command is used or listed.
 """
 
 from __future__ import annotations
@@ -18,18 +23,65 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperGroup
 
 from shared.queue import service_queues, worker_argv
 from shared.settings import SERVICE_NAMES, SettingsError, load_settings, settings_table
 
+PLUGIN_GROUP = "k3stack.cli"
+
+
+def plugin_entry_points() -> dict[str, Any]:
+    """Name -> entry point of every subcommand registered in the ``k3stack.cli`` group."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+
+
+def _as_command(name: str, obj: Any) -> click.Command:
+    if isinstance(obj, click.Command):
+        return obj
+    if isinstance(obj, typer.Typer):
+        command = typer.main.get_command(obj)
+    elif callable(obj):
+        single = typer.Typer(add_completion=False)
+        single.command(name)(obj)
+        command = typer.main.get_command(single)
+    else:
+        raise TypeError(f"{type(obj).__name__} is not a Typer app, click command or function")
+    command.name = name
+    return command
+
+
+class _WithPlugins(TyperGroup):
+    """The built-in commands, then those services register (built-ins win a name clash)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        own = super().list_commands(ctx)
+        return own + sorted(set(plugin_entry_points()) - set(own))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        ep = None if command is not None else plugin_entry_points().get(cmd_name)
+        if ep is None:
+            return command
+        try:
+            return _as_command(cmd_name, ep.load())
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+            message = f"the {cmd_name!r} command ({ep.value}) failed to load: {exc}"
+            return click.Command(cmd_name, help=message, callback=lambda: _fail(message))
+
+
 app = typer.Typer(
+    cls=_WithPlugins,
     help="Run and inspect k3stack on this machine (embedded defaults, no servers to install).",
     no_args_is_help=True,
     add_completion=False,
@@ -92,20 +144,25 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any non-zombie process is left in process group ``pgid``.
+def live_groups(pgids: list[int]) -> set[int]:
+    """The process groups of ``pgids`` that still hold a non-zombie process (one /proc scan).
 
     Zombies count as gone: once ``up --detach`` has exited, nobody here can reap its children.
+    One scan for all groups keeps the stop loops cheap on a loaded machine with many processes.
     """
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    wanted: set[int] = set()
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            pass
+        wanted.add(pgid)
     proc = Path("/proc")
-    if not proc.is_dir():
-        return True
+    if not wanted or not proc.is_dir():
+        return wanted
+    alive: set[int] = set()
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -114,9 +171,83 @@ def group_alive(pgid: int) -> bool:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+        if int(fields[2]) in wanted and fields[0] != "Z":
+            alive.add(int(fields[2]))
+    return alive
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is left in process group ``pgid``."""
+    return bool(live_groups([pgid]))
+
+
+class StopSignals:
+    """Ctrl-C and SIGTERM as a counter instead of ``KeyboardInterrupt``.
+
+    An exception raised at an arbitrary point (inside rich's live display, an httpx call or a
+    lock) can leave ``up`` stuck; a flag checked by the loops cannot. A second signal while
+    stopping skips the grace period and kills at once.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, _signum: int, _frame: object) -> None:
+        self.count += 1
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self)
+        signal.signal(signal.SIGTERM, self)
+
+    @property
+    def requested(self) -> bool:
+        return self.count > 0
+
+
+def _reap(children: list[Child]) -> None:
+    """Collect exited children of this process so they do not linger as zombies."""
+    for child in children:
+        try:
+            os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _signal_groups(pgids: set[int], signum: int) -> None:
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def _stop_children(
+    children: list[Child], timeout_s: float = 10.0, hurry: StopSignals | None = None
+) -> list[Child]:
+    """SIGTERM every process group, wait up to ``timeout_s``, SIGKILL what is left.
+
+    Bounded whatever the load: at most ``timeout_s`` for the grace period (cut short by a
+    second Ctrl-C when ``hurry`` is given) plus 5 s for SIGKILL to land. Returns the survivors.
+    """
+    pgids = [c.pid for c in children]
+    seen = hurry.count if hurry else 0
+    _signal_groups(live_groups(pgids), signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _reap(children)
+        if not live_groups(pgids) or (hurry and hurry.count > seen):
+            break
+        time.sleep(0.1)
+    _signal_groups(live_groups(pgids), signal.SIGKILL)
+    deadline = time.monotonic() + 5.0  # SIGKILL is not instant for a process in I/O
+    while time.monotonic() < deadline:
+        _reap(children)
+        if not live_groups(pgids):
+            break
+        time.sleep(0.1)
+    _reap(children)
+    left = live_groups(pgids)
+    return [c for c in children if c.pid in left]
 
 
 def _resolve_data_dir(data_dir: Path | None) -> Path:
@@ -151,39 +282,6 @@ def _parse_ports(port: list[str], port_base: int | None) -> dict[str, int]:
             )
         ports[name] = int(value)
     return ports
-
-
-def _stop_children(children: list[Child], timeout_s: float = 10.0) -> list[Child]:
-    """SIGTERM every process group, wait, SIGKILL what is left. Returns the survivors."""
-    for child in children:
-        if group_alive(child.pid):
-            try:
-                os.killpg(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(group_alive(c.pid) for c in children):
-        for child in children:  # reap our own children so they do not linger as zombies
-            try:
-                os.waitpid(child.pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-        time.sleep(0.1)
-    for child in children:
-        if group_alive(child.pid):
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 5.0  # SIGKILL is not instant for a process in I/O
-    while time.monotonic() < deadline and any(group_alive(c.pid) for c in children):
-        time.sleep(0.1)
-    for child in children:
-        try:
-            os.waitpid(child.pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-    return [c for c in children if group_alive(c.pid)]
 
 
 def _worker_ready(log: Path) -> bool:
@@ -221,6 +319,10 @@ def up(
         bool, typer.Option("--detach", "-d", help="Return once healthy; stop with `k3stack down`.")
     ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for health.")] = 60.0,
+    stop_timeout: Annotated[
+        float,
+        typer.Option(help="On Ctrl-C, seconds of grace before SIGKILL (a second Ctrl-C: now)."),
+    ] = 10.0,
 ) -> None:
     """Start the platform locally and wait until every service is healthy."""
     chosen = _parse_services(services)
@@ -278,6 +380,9 @@ def up(
         fh.close()
         children.append(Child(name=name, pid=proc.pid, argv=argv, log=str(log_path), port=port_))
 
+    stop = StopSignals()
+    if not detach:
+        stop.install()  # before the first child exists, so no Ctrl-C escapes as an exception
     for name in chosen:
         spawn(name, ["-m", f"services.{name}"], settings.service(name).port)
     if workers:
@@ -288,50 +393,54 @@ def up(
     state = RunState(data_dir=str(ddir), started_at=time.time(), children=children, urls=urls)
     state.save(state_file)
 
-    def abort(message: str) -> None:
-        _stop_children(children)
+    def shut_down() -> None:
+        left = _stop_children(children, stop_timeout, hurry=stop)
         state_file.unlink(missing_ok=True)
-        _fail(message)
+        if left:
+            _fail(f"could not stop: {', '.join(f'{c.name} ({c.pid})' for c in left)}")
+
+    def abort(message: str, code: int = 2) -> None:
+        shut_down()
+        _fail(message, code)
 
     pending = {c.name for c in children}
     started = time.monotonic()
-    try:
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("starting k3stack", total=len(children))
-            while pending:
-                for child in children:
-                    if child.name not in pending:
-                        continue
-                    if not group_alive(child.pid):
-                        tail = Path(child.log).read_text(errors="replace")[-1500:]
-                        abort(
-                            f"{child.name} exited during start-up; last log lines "
-                            f"({child.log}):\n{tail}"
-                        )
-                    ok = (
-                        _worker_ready(Path(child.log))
-                        if child.port is None
-                        else _health(urls[child.name])[0]
-                    )
-                    if ok:
-                        pending.discard(child.name)
-                        progress.update(task, advance=1, description=f"{child.name} ready")
-                if time.monotonic() - started > timeout:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("starting k3stack", total=len(children))
+        while pending and not stop.requested:
+            for child in children:
+                if child.name not in pending or stop.requested:
+                    continue
+                if not group_alive(child.pid):
+                    tail = Path(child.log).read_text(errors="replace")[-1500:]
                     abort(
-                        f"not healthy after {timeout:.0f}s: {', '.join(sorted(pending))}; "
-                        f"see logs in {logs}"
+                        f"{child.name} exited during start-up; last log lines "
+                        f"({child.log}):\n{tail}"
                     )
-                time.sleep(0.2)
-    except KeyboardInterrupt:
-        abort("interrupted during start-up; stopped everything")
+                ok = (
+                    _worker_ready(Path(child.log))
+                    if child.port is None
+                    else _health(urls[child.name])[0]
+                )
+                if ok:
+                    pending.discard(child.name)
+                    progress.update(task, advance=1, description=f"{child.name} ready")
+            if time.monotonic() - started > timeout:
+                abort(
+                    f"not healthy after {timeout:.0f}s: {', '.join(sorted(pending))}; "
+                    f"see logs in {logs}"
+                )
+            time.sleep(0.2)
+    if stop.requested:
+        abort("interrupted during start-up; stopped everything", code=130)
 
     table = Table(title=f"k3stack up in {time.monotonic() - started:.1f}s — data in {ddir}")
     table.add_column("service")
@@ -348,25 +457,16 @@ def up(
         )
         return
     out.print("press Ctrl-C to stop")
-    stop = {"flag": False}
-
-    def _on_signal(signum: int, _frame: object) -> None:
-        stop["flag"] = True
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    try:
-        while not stop["flag"]:
-            dead = [c.name for c in children if not group_alive(c.pid)]
-            if dead:
-                console.print(f"[yellow]stopped:[/] {', '.join(dead)}; shutting down the rest")
-                break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    left = _stop_children(children)
-    state_file.unlink(missing_ok=True)
-    if left:
-        _fail(f"could not stop: {', '.join(c.name for c in left)}")
+    out.file.flush()
+    while not stop.requested:
+        alive = live_groups([c.pid for c in children])
+        dead = [c.name for c in children if c.pid not in alive]
+        if dead:
+            console.print(f"[yellow]stopped:[/] {', '.join(dead)}; shutting down the rest")
+            break
+        time.sleep(0.2)
+    console.print("stopping k3stack…")
+    shut_down()
     out.print("k3stack stopped")
 
 

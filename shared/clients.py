@@ -1,27 +1,54 @@
 """Typed HTTP clients for the five services, sync and async.
 
 One base per flavour (:class:`ServiceClient`, :class:`AsyncServiceClient`) does the transport:
-base URL and API key from settings, a timeout on every call, retries with exponential backoff
-only for idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS) on connection errors and 502/503/504,
-and :class:`ServiceError` for every non-2xx answer, carrying the service's status, machine code
-and message. Per-service subclasses add typed methods; each service's issue extends its own.
+base URL and API key from settings, a timeout on every call (a call that waits on work — an exec,
+a generation — gets its own: the work's limit plus :data:`WAIT_MARGIN_S`), and :class:`ServiceError`
+for every non-2xx answer or failed connection, carrying the service's status, machine code and
+message. Retries follow one policy (:meth:`_Base.retry_policy`, tenacity) in both flavours: only
+idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS), on connection errors and 502/503/504, with
+exponential backoff. ``transport=`` takes any httpx transport (``httpx.MockTransport``,
+``httpx.ASGITransport(app)``) so tests run a client in-process without touching its insides.
+
+Per-service operations are written once, as methods returning the :class:`Call` they make; the
+sync client runs them and returns the typed result, the async twin returns an awaitable of the
+same. Results are the services' wire models (:mod:`shared.contracts`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any, TypeVar
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Generic, TypeVar
 
 import httpx
-from pydantic import BaseModel
+import tenacity
+from pydantic import BaseModel, TypeAdapter
 
+from shared.app import Health
 from shared.auth import API_KEY_HEADER
+from shared.chat import ChatMessage, ToolDefinition
+from shared.contracts import model as m
+from shared.contracts import sandbox as sb
+from shared.contracts import tools as tl
+from shared.contracts.orchestrator import Episode, EpisodeCreate, PlatformStatus
+from shared.jobs import JobView
+from shared.jobs_client import AsyncJobsClient, JobsClient
 from shared.settings import Settings, get_settings
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 RETRY_STATUSES = frozenset({502, 503, 504})
-T = TypeVar("T", bound=BaseModel)
+WAIT_MARGIN_S = 15.0  # HTTP timeout of a call that waits on work = the work's limit + this
+T = TypeVar("T")
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Any = _Default()  # "the client's timeout" (None means: no timeout at all)
 
 
 class ServiceError(Exception):
@@ -66,8 +93,63 @@ def _error_from_response(service: str, resp: httpx.Response) -> ServiceError:
     )
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {API_KEY_HEADER: api_key} if api_key else {}
+class _RetryableStatus(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+
+
+@cache
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(tp)
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One HTTP call and how to read its answer.
+
+    ``result``: a type (a model, ``list[Model]``...) the JSON body is validated as; ``None`` for
+    no body; ``bytes`` for the raw body; ``Any`` for the JSON as is.
+    """
+
+    method: str
+    path: str
+    result: Any = None
+    json: Any = None
+    params: dict[str, Any] | None = None
+    content: bytes | None = None
+    headers: dict[str, str] | None = None
+    timeout: Any = DEFAULT
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {}
+        if self.json is not None:
+            kw["json"] = self.json
+        for name in ("params", "content", "headers"):
+            if (value := getattr(self, name)) is not None:
+                kw[name] = value
+        if self.timeout is not DEFAULT:
+            kw["timeout"] = self.timeout
+        return kw
+
+    def read(self, resp: httpx.Response) -> T:
+        if self.result is None:
+            return None  # type: ignore[return-value]
+        if self.result is bytes:
+            return resp.content  # type: ignore[return-value]
+        if not resp.content:
+            return None  # type: ignore[return-value]
+        return _adapter(self.result).validate_json(resp.content)
+
+
+def _body(value: BaseModel | dict[str, Any] | None) -> Any:
+    return (
+        value.model_dump(mode="json", exclude_none=True) if isinstance(value, BaseModel) else value
+    )
+
+
+def waits_on(limit_s: float | None) -> float | None:
+    """HTTP timeout of a call that waits up to ``limit_s`` for work (``None``/0: no limit)."""
+    return None if not limit_s else float(limit_s) + WAIT_MARGIN_S
 
 
 class _Base:
@@ -78,15 +160,18 @@ class _Base:
         base_url: str,
         *,
         api_key: str | None = None,
-        timeout: float = 30.0,
+        timeout: float | None = 30.0,
         retries: int = 3,
         backoff_s: float = 0.2,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
         self.retries = retries
         self.backoff_s = backoff_s
+        self.headers = {API_KEY_HEADER: api_key} if api_key else {}
+        self._transport = transport
 
     @classmethod
     def _settings_kwargs(cls, name: str, settings: Settings | None, **kw: Any) -> dict[str, Any]:
@@ -101,13 +186,55 @@ class _Base:
         out.update(kw)
         return out
 
-    def _should_retry(self, method: str, attempt: int, status: int | None) -> bool:
-        if method.upper() not in IDEMPOTENT or attempt >= self.retries:
-            return False
-        return status is None or status in RETRY_STATUSES
+    @classmethod
+    def for_service(cls, name: str, settings: Settings | None = None, **kw: Any) -> Any:
+        client = cls(**cls._settings_kwargs(name, settings, **kw))
+        client.service = name
+        return client
 
-    def _delay(self, attempt: int) -> float:
-        return self.backoff_s * (2**attempt)
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **kw: Any) -> Any:
+        """This service's client from settings (URL, key, timeout, retries); ``kw`` overrides."""
+        return cls(**cls._settings_kwargs(cls.service, settings, **kw))
+
+    def retry_policy(self, method: str) -> dict[str, Any]:
+        """The one retry policy, for tenacity's ``Retrying`` and ``AsyncRetrying`` alike."""
+        attempts = 1 + (self.retries if method.upper() in IDEMPOTENT else 0)
+        return {
+            "stop": tenacity.stop_after_attempt(attempts),
+            "wait": tenacity.wait_exponential(multiplier=self.backoff_s, max=10.0),
+            "retry": tenacity.retry_if_exception_type((httpx.TransportError, _RetryableStatus)),
+            "reraise": True,
+        }
+
+    def _checked(self, resp: httpx.Response) -> httpx.Response:
+        if resp.status_code in RETRY_STATUSES:
+            raise _RetryableStatus(resp)
+        if resp.status_code >= 400:
+            raise _error_from_response(self.service, resp)
+        return resp
+
+    def _failure(self, method: str, path: str, exc: Exception) -> ServiceError:
+        if isinstance(exc, _RetryableStatus):
+            return _error_from_response(self.service, exc.response)
+        if isinstance(exc, httpx.TimeoutException):
+            return ServiceError(
+                self.service, 0, f"no answer in time from {self.base_url}: {exc!r}", "timeout",
+                method, path,
+            )  # fmt: skip
+        return ServiceError(
+            self.service, 0, f"unreachable at {self.base_url}: {exc}", "unreachable", method, path
+        )
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "base_url": self.base_url,
+            "timeout": self.timeout,
+            "headers": self.headers,
+        }
+        if self._transport is not None:
+            kw["transport"] = self._transport
+        return kw
 
 
 class ServiceClient(_Base):
@@ -115,41 +242,20 @@ class ServiceClient(_Base):
 
     def __init__(self, base_url: str, **kw: Any) -> None:
         super().__init__(base_url, **kw)
-        self._http = httpx.Client(
-            base_url=self.base_url, timeout=self.timeout, headers=_headers(self.api_key)
-        )
-
-    @classmethod
-    def for_service(cls, name: str, settings: Settings | None = None, **kw: Any) -> ServiceClient:
-        client = cls(**cls._settings_kwargs(name, settings, **kw))
-        client.service = name
-        return client
+        self._http = httpx.Client(**self._client_kwargs())
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        attempt = 0
-        while True:
-            try:
-                resp = self._http.request(method, path, **kw)
-            except httpx.TransportError as exc:
-                if self._should_retry(method, attempt, None):
-                    time.sleep(self._delay(attempt))
-                    attempt += 1
-                    continue
-                raise ServiceError(
-                    self.service,
-                    0,
-                    f"unreachable at {self.base_url}: {exc}",
-                    "unreachable",
-                    method,
-                    path,
-                ) from exc
-            if resp.status_code >= 400:
-                if self._should_retry(method, attempt, resp.status_code):
-                    time.sleep(self._delay(attempt))
-                    attempt += 1
-                    continue
-                raise _error_from_response(self.service, resp)
-            return resp
+        """One call with the retry policy; a non-2xx answer raises :class:`ServiceError`."""
+        try:
+            for attempt in tenacity.Retrying(**self.retry_policy(method)):
+                with attempt:
+                    return self._checked(self._http.request(method, path, **kw))
+        except (httpx.TransportError, _RetryableStatus) as exc:
+            raise self._failure(method, path, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises
+
+    def send(self, call: Call[T]) -> T:
+        return call.read(self.request(call.method, call.path, **call.kwargs()))
 
     def get_json(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw).json()
@@ -158,19 +264,18 @@ class ServiceClient(_Base):
         return self.request("POST", path, json=body, **kw).json()
 
     def get_model(self, path: str, model: type[T], **kw: Any) -> T:
-        return model.model_validate(self.get_json(path, **kw))
+        return _adapter(model).validate_python(self.get_json(path, **kw))
 
     def post_model(self, path: str, body: BaseModel | dict | None, model: type[T]) -> T:
-        payload = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
-        return model.model_validate(self.post_json(path, payload))
+        return _adapter(model).validate_python(self.post_json(path, _body(body)))
 
-    def health(self) -> dict[str, Any]:
-        return self.get_json("/health")
+    def health(self) -> Health:
+        return self.send(Call("GET", "/health", Health))
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> ServiceClient:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -182,43 +287,19 @@ class AsyncServiceClient(_Base):
 
     def __init__(self, base_url: str, **kw: Any) -> None:
         super().__init__(base_url, **kw)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, timeout=self.timeout, headers=_headers(self.api_key)
-        )
-
-    @classmethod
-    def for_service(
-        cls, name: str, settings: Settings | None = None, **kw: Any
-    ) -> AsyncServiceClient:
-        client = cls(**cls._settings_kwargs(name, settings, **kw))
-        client.service = name
-        return client
+        self._http = httpx.AsyncClient(**self._client_kwargs())
 
     async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        attempt = 0
-        while True:
-            try:
-                resp = await self._http.request(method, path, **kw)
-            except httpx.TransportError as exc:
-                if self._should_retry(method, attempt, None):
-                    await asyncio.sleep(self._delay(attempt))
-                    attempt += 1
-                    continue
-                raise ServiceError(
-                    self.service,
-                    0,
-                    f"unreachable at {self.base_url}: {exc}",
-                    "unreachable",
-                    method,
-                    path,
-                ) from exc
-            if resp.status_code >= 400:
-                if self._should_retry(method, attempt, resp.status_code):
-                    await asyncio.sleep(self._delay(attempt))
-                    attempt += 1
-                    continue
-                raise _error_from_response(self.service, resp)
-            return resp
+        try:
+            async for attempt in tenacity.AsyncRetrying(**self.retry_policy(method)):
+                with attempt:
+                    return self._checked(await self._http.request(method, path, **kw))
+        except (httpx.TransportError, _RetryableStatus) as exc:
+            raise self._failure(method, path, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises
+
+    async def send(self, call: Call[T]) -> T:
+        return call.read(await self.request(call.method, call.path, **call.kwargs()))
 
     async def get_json(self, path: str, **kw: Any) -> Any:
         return (await self.request("GET", path, **kw)).json()
@@ -227,298 +308,423 @@ class AsyncServiceClient(_Base):
         return (await self.request("POST", path, json=body, **kw)).json()
 
     async def get_model(self, path: str, model: type[T], **kw: Any) -> T:
-        return model.model_validate(await self.get_json(path, **kw))
+        return _adapter(model).validate_python(await self.get_json(path, **kw))
 
     async def post_model(self, path: str, body: BaseModel | dict | None, model: type[T]) -> T:
-        payload = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
-        return model.model_validate(await self.post_json(path, payload))
+        return _adapter(model).validate_python(await self.post_json(path, _body(body)))
 
-    async def health(self) -> dict[str, Any]:
-        return await self.get_json("/health")
+    async def health(self) -> Health:
+        return await self.send(Call("GET", "/health", Health))
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncServiceClient:
+    async def __aenter__(self) -> Any:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
-# --- per-service clients: typed methods for each service's API -------------------------------
+# --- per-service operations, written once for both flavours ----------------------------------
+#
+# Each method builds its Call and hands it to ``self.send``: on a sync client that returns the
+# result, on an async client an awaitable of it. Annotations name the result type.
 
 
-class VerifierClient(ServiceClient):
-    service = "verifier"
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, **kw: Any) -> VerifierClient:
-        return cls(**cls._settings_kwargs("verifier", settings, **kw))
-
-    def create_job(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.post_json("/jobs", {"kind": kind, "payload": payload})
-
-    def get_job(self, job_id: str) -> dict[str, Any]:
-        return self.get_json(f"/jobs/{job_id}")
-
-    def wait_job(self, job_id: str, timeout_s: float = 60.0, poll_s: float = 0.1) -> dict[str, Any]:
-        """Poll until the job succeeds or fails; raises TimeoutError past ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = self.get_job(job_id)
-            if job["status"] in ("succeeded", "failed"):
-                return job
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"verifier job {job_id} still {job['status']} after {timeout_s}s"
-                )
-            time.sleep(poll_s)
+@dataclass
+class _ModelDefaults:
+    model: str | None = None
+    generation_timeout_s: float | None = 600.0
 
 
-class ModelClient(ServiceClient):
+def _messages(messages: list[ChatMessage] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        m_.model_dump(mode="json", exclude_none=True) if isinstance(m_, BaseModel) else m_
+        for m_ in messages
+    ]
+
+
+class _ModelOps:
+    """The model service: OpenAI's chat and completions plus tokenize. For agents and judges
+    prefer :mod:`shared.llm` (the official ``openai`` client); this client is for the platform's
+    own calls that want k3stack's fields typed."""
+
     service = "model"
+    send: Any
+    base_url: str
+    defaults: _ModelDefaults
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, **kw: Any) -> ModelClient:
-        return cls(**cls._settings_kwargs("model", settings, **kw))
+    def _settings_kwargs(cls, name: str, settings: Settings | None, **kw: Any) -> dict[str, Any]:
+        settings = settings or get_settings()
+        kw.setdefault("model", settings.model.served_model_name)
+        kw.setdefault("generation_timeout_s", settings.llm_timeout_s)
+        return super()._settings_kwargs(name, settings, **kw)  # type: ignore[misc]
 
-    def list_models(self) -> list[str]:
-        return [m["id"] for m in self.get_json("/v1/models")["data"]]
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        generation_timeout_s: float | None = 600.0,
+        **kw: Any,
+    ) -> None:
+        super().__init__(base_url, **kw)  # type: ignore[call-arg]
+        self.defaults = _ModelDefaults(model=model, generation_timeout_s=generation_timeout_s)
 
     @property
     def openai_base_url(self) -> str:
         """What to give the official ``openai`` client (``OpenAI(base_url=...)``)."""
         return self.base_url + "/v1"
 
-    def chat(self, messages: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
-        """One non-streaming chat completion (OpenAI body and answer, as dicts).
+    def list_models(self) -> m.ModelList:
+        return self.send(Call("GET", "/v1/models", m.ModelList))
 
-        ``options`` are the other request fields (``tools``, ``max_tokens``, ``seed``...);
-        ``model`` defaults to the first model the service lists. POST is not retried.
-        """
-        body = {"messages": messages, **options}
-        body.setdefault("model", self.list_models()[0])
+    def _generation(self, path: str, body: dict[str, Any], result: Any, timeout: Any) -> Any:
+        if self.defaults.model and "model" not in body:
+            body["model"] = self.defaults.model
         body["stream"] = False
-        return self.post_json("/v1/chat/completions", body)
+        wait = self.defaults.generation_timeout_s if timeout is DEFAULT else timeout
+        return self.send(Call("POST", path, result, json=body, timeout=wait))
 
-    def complete(self, prompt: str | list[int], **options: Any) -> dict[str, Any]:
+    def chat(
+        self,
+        messages: list[ChatMessage] | list[dict[str, Any]],
+        *,
+        tools: list[ToolDefinition] | list[dict[str, Any]] | None = None,
+        timeout: float | None = DEFAULT,
+        **options: Any,
+    ) -> m.ChatCompletion:
+        """One non-streaming chat completion. ``options``: the other request fields
+        (``max_tokens``, ``seed``, ``model``...; ``model`` defaults to the configured served
+        model, else the service's own). Not retried (POST); timeout: the generation timeout."""
+        body: dict[str, Any] = {"messages": _messages(messages), **options}
+        if tools:
+            body["tools"] = [_body(t) for t in tools]
+        return self._generation("/v1/chat/completions", body, m.ChatCompletion, timeout)
+
+    def complete(
+        self, prompt: str | list[int], *, timeout: float | None = DEFAULT, **options: Any
+    ) -> m.Completion:
         """One non-streaming raw completion; XTML markers in ``prompt`` become special tokens."""
         body = {"prompt": prompt, **options}
-        body.setdefault("model", self.list_models()[0])
-        body["stream"] = False
-        return self.post_json("/v1/completions", body)
+        return self._generation("/v1/completions", body, m.Completion, timeout)
 
     def tokenize(
-        self, prompt: str | None = None, *, messages: list[dict[str, Any]] | None = None
-    ) -> list[int]:
+        self,
+        prompt: str | None = None,
+        *,
+        messages: list[ChatMessage] | list[dict[str, Any]] | None = None,
+        **fields: Any,
+    ) -> m.TokenizeResult:
         """Token ids of ``prompt``, or of ``messages`` rendered through the chat template."""
-        body: dict[str, Any] = {"prompt": prompt} if messages is None else {"messages": messages}
-        return self.post_json("/v1/tokenize", body)["tokens"]
+        body: dict[str, Any] = (
+            {"prompt": prompt} if messages is None else {"messages": _messages(messages)}
+        )
+        return self.send(Call("POST", "/v1/tokenize", m.TokenizeResult, json={**body, **fields}))
 
 
-class SandboxClient(ServiceClient):
-    """The sandbox service's API (E2B-shaped lifecycle, k3stack exec/files/checkpoints).
+def _command(cmd: str | list[str]) -> dict[str, Any]:
+    return {"cmd": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
 
-    Methods return the service's JSON bodies as dicts; every error is a :class:`ServiceError`
-    (404 unknown sandbox, 409 wrong state or runtime, 400 bad path, 413 too large).
-    """
+
+class _SandboxOps:
+    """The sandbox service (E2B-shaped lifecycle, k3stack exec/files/checkpoints). Every error
+    is a :class:`ServiceError` (404 unknown sandbox, 409 wrong state or runtime, 400 bad path,
+    413 too large)."""
 
     service = "sandbox"
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, **kw: Any) -> SandboxClient:
-        return cls(**cls._settings_kwargs("sandbox", settings, **kw))
+    send: Any
 
     # lifecycle
-    def create(self, template: str = "busybox", **fields: Any) -> dict[str, Any]:
+    def create(self, template: str = "busybox", **fields: Any) -> sb.Sandbox:
         """``fields``: timeout, autoPause, cpuCount, memoryMB, metadata, envVars, network, runtime."""
-        return self.post_json("/sandboxes", {"templateID": template, **fields})
+        body = {"templateID": template, **{k: _body(v) for k, v in fields.items()}}
+        return self.send(Call("POST", "/sandboxes", sb.Sandbox, json=body))
 
-    def get(self, sandbox_id: str) -> dict[str, Any]:
-        return self.get_json(f"/sandboxes/{sandbox_id}")
+    def get(self, sandbox_id: str) -> sb.SandboxDetail:
+        return self.send(Call("GET", f"/sandboxes/{sandbox_id}", sb.SandboxDetail))
 
-    def list(self, state: list[str] | None = None, metadata: str | None = None) -> list[dict]:
+    def list(
+        self, state: list[str] | None = None, metadata: str | None = None
+    ) -> list[sb.SandboxDetail]:
         params: dict[str, Any] = {}
         if state:
             params["state"] = ",".join(state)
         if metadata:
             params["metadata"] = metadata
-        return self.get_json("/sandboxes", params=params)
+        return self.send(Call("GET", "/sandboxes", list[sb.SandboxDetail], params=params))
 
     def kill(self, sandbox_id: str) -> None:
-        self.request("DELETE", f"/sandboxes/{sandbox_id}")
+        return self.send(Call("DELETE", f"/sandboxes/{sandbox_id}"))
 
     def pause(self, sandbox_id: str) -> None:
-        self.request("POST", f"/sandboxes/{sandbox_id}/pause")
+        return self.send(Call("POST", f"/sandboxes/{sandbox_id}/pause"))
 
-    def resume(self, sandbox_id: str, timeout: int | None = None) -> dict[str, Any]:
-        return self.post_json(f"/sandboxes/{sandbox_id}/resume", {"timeout": timeout})
+    def resume(self, sandbox_id: str, timeout: int | None = None) -> sb.Sandbox:
+        body = {"timeout": timeout}
+        return self.send(Call("POST", f"/sandboxes/{sandbox_id}/resume", sb.Sandbox, json=body))
 
-    def connect(self, sandbox_id: str, timeout: int | None = None) -> dict[str, Any]:
-        return self.post_json(f"/sandboxes/{sandbox_id}/connect", {"timeout": timeout})
+    def connect(self, sandbox_id: str, timeout: int | None = None) -> sb.Sandbox:
+        body = {"timeout": timeout}
+        return self.send(Call("POST", f"/sandboxes/{sandbox_id}/connect", sb.Sandbox, json=body))
 
     def set_timeout(self, sandbox_id: str, timeout: int) -> None:
-        self.request("POST", f"/sandboxes/{sandbox_id}/timeout", json={"timeout": timeout})
+        body = {"timeout": timeout}
+        return self.send(Call("POST", f"/sandboxes/{sandbox_id}/timeout", json=body))
 
     def fork(
         self, sandbox_id: str, count: int = 1, memory: bool = True, timeout: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[sb.SandboxForkResult]:
         """One result per fork, each with exactly one of ``sandbox`` or ``error``."""
         body = {"count": count, "memory": memory, "timeout": timeout}
-        return self.post_json(f"/sandboxes/{sandbox_id}/fork", body)
+        path = f"/sandboxes/{sandbox_id}/fork"
+        return self.send(Call("POST", path, list[sb.SandboxForkResult], json=body))
 
     # checkpoints
-    def checkpoint(self, sandbox_id: str, name: str | None = None) -> dict[str, Any]:
-        return self.post_json(f"/sandboxes/{sandbox_id}/checkpoints", {"name": name})
+    def checkpoint(self, sandbox_id: str, name: str | None = None) -> sb.Checkpoint:
+        path = f"/sandboxes/{sandbox_id}/checkpoints"
+        return self.send(Call("POST", path, sb.Checkpoint, json={"name": name}))
 
-    def checkpoints(self, sandbox_id: str) -> list[dict[str, Any]]:
-        return self.get_json(f"/sandboxes/{sandbox_id}/checkpoints")
+    def checkpoints(self, sandbox_id: str) -> list[sb.Checkpoint]:
+        return self.send(Call("GET", f"/sandboxes/{sandbox_id}/checkpoints", list[sb.Checkpoint]))
 
-    def lineage(self, checkpoint_id: str) -> list[dict[str, Any]]:
-        return self.get_json(f"/checkpoints/{checkpoint_id}/lineage")
+    def lineage(self, checkpoint_id: str) -> list[sb.Checkpoint]:
+        path = f"/checkpoints/{checkpoint_id}/lineage"
+        return self.send(Call("GET", path, list[sb.Checkpoint]))
 
-    def restore(self, sandbox_id: str, checkpoint_id: str) -> dict[str, Any]:
-        return self.post_json(f"/sandboxes/{sandbox_id}/restore", {"checkpoint_id": checkpoint_id})
+    def restore(self, sandbox_id: str, checkpoint_id: str) -> sb.SandboxDetail:
+        body = {"checkpoint_id": checkpoint_id}
+        path = f"/sandboxes/{sandbox_id}/restore"
+        return self.send(Call("POST", path, sb.SandboxDetail, json=body))
 
     # exec
     def exec(
         self, sandbox_id: str, cmd: str | list[str], *, timeout: float = 60.0, **fields: Any
-    ) -> dict[str, Any]:
-        """``cmd`` a string runs through /bin/sh -c, a list is an argv. ``fields``: env, cwd,
-        stdin, background. Returns exit_code, stdout, stderr, timed_out, pid, duration_ms."""
-        body = {"cmd": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
-        return self.post_json(
-            f"/sandboxes/{sandbox_id}/exec", {**body, "timeout_s": timeout, **fields}
-        )
-
-    def exec_stream(self, sandbox_id: str, cmd: str | list[str], **fields: Any) -> Any:
-        """Yield the events (dicts) of a streamed exec as they arrive."""
-        import json as _json
-
-        body = {"cmd": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}
-        with self._http.stream(
-            "POST", f"/sandboxes/{sandbox_id}/exec/stream", json={**body, **fields}
-        ) as resp:
-            if resp.status_code >= 400:
-                resp.read()
-                raise _error_from_response(self.service, resp)
-            for line in resp.iter_lines():
-                if line:
-                    yield _json.loads(line)
+    ) -> sb.ExecOutput:
+        """``cmd`` a string runs through /bin/sh -c, a list is an argv; ``timeout`` is the
+        command's limit in seconds (0: none), and the HTTP call waits that long plus a margin.
+        ``fields``: env, cwd, stdin, background."""
+        body = {**_command(cmd), "timeout_s": timeout, **fields}
+        path = f"/sandboxes/{sandbox_id}/exec"
+        return self.send(Call("POST", path, sb.ExecOutput, json=body, timeout=waits_on(timeout)))
 
     # files
     def read_file(self, sandbox_id: str, path: str) -> bytes:
-        return self.request("GET", f"/sandboxes/{sandbox_id}/files", params={"path": path}).content
+        params = {"path": path}
+        return self.send(Call("GET", f"/sandboxes/{sandbox_id}/files", bytes, params=params))
 
     def write_file(
         self, sandbox_id: str, path: str, data: bytes | str, mode: int = 0o644
-    ) -> dict[str, Any]:
+    ) -> sb.EntryInfo:
         content = data.encode() if isinstance(data, str) else data
-        return self.request(
-            "PUT", f"/sandboxes/{sandbox_id}/files",
-            params={"path": path, "mode": f"{mode:o}"}, content=content,
-        ).json()  # fmt: skip
+        params = {"path": path, "mode": f"{mode:o}"}
+        url = f"/sandboxes/{sandbox_id}/files"
+        return self.send(Call("PUT", url, sb.EntryInfo, params=params, content=content))
 
-    def list_dir(self, sandbox_id: str, path: str) -> list[dict[str, Any]]:
-        return self.get_json(f"/sandboxes/{sandbox_id}/files/list", params={"path": path})
+    def list_dir(self, sandbox_id: str, path: str) -> list[sb.EntryInfo]:
+        url = f"/sandboxes/{sandbox_id}/files/list"
+        return self.send(Call("GET", url, list[sb.EntryInfo], params={"path": path}))
 
-    def stat(self, sandbox_id: str, path: str) -> dict[str, Any]:
-        return self.get_json(f"/sandboxes/{sandbox_id}/files/stat", params={"path": path})
+    def stat(self, sandbox_id: str, path: str) -> sb.EntryInfo:
+        url = f"/sandboxes/{sandbox_id}/files/stat"
+        return self.send(Call("GET", url, sb.EntryInfo, params={"path": path}))
 
     def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None:
-        self.request(
-            "DELETE", f"/sandboxes/{sandbox_id}/files",
-            params={"path": path, "recursive": str(recursive).lower()},
-        )  # fmt: skip
+        params = {"path": path, "recursive": str(recursive).lower()}
+        return self.send(Call("DELETE", f"/sandboxes/{sandbox_id}/files", params=params))
 
     # templates and runtimes
-    def build_template(self, name: str, steps: list[dict[str, Any]], **fields: Any) -> dict:
-        return self.post_json("/templates", {"name": name, "steps": steps, **fields})
+    def build_template(self, name: str, steps: list[dict[str, Any]], **fields: Any) -> sb.Template:
+        """Start a build (202); poll :meth:`template` until ``buildStatus`` is not building."""
+        body = {"name": name, "steps": steps, **fields}
+        return self.send(Call("POST", "/templates", sb.Template, json=body))
 
-    def template(self, template_id: str) -> dict[str, Any]:
-        return self.get_json(f"/templates/{template_id}")
+    def template(self, template_id: str) -> sb.Template:
+        return self.send(Call("GET", f"/templates/{template_id}", sb.Template))
 
-    def runtimes(self) -> list[dict[str, Any]]:
-        return self.get_json("/runtimes")
+    def runtimes(self) -> list[sb.RuntimeInfo]:
+        return self.send(Call("GET", "/runtimes", list[sb.RuntimeInfo]))
 
 
-class ToolsClient(ServiceClient):
+class _ToolsOps:
     """Worlds, clock, events and checks of the tools service (API key); app calls go with the
     world token through :meth:`app` (or the apps' official SDKs pointed at :meth:`app_url`)."""
 
     service = "tools"
+    send: Any
+    base_url: str
 
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, **kw: Any) -> ToolsClient:
-        return cls(**cls._settings_kwargs("tools", settings, **kw))
+    def create_world(self, scenario: str = "empty", seed: int = 0) -> tl.World:
+        """The token is shown only here (and by :meth:`fork`)."""
+        body = {"scenario": scenario, "seed": seed}
+        return self.send(Call("POST", "/worlds", tl.World, json=body))
 
-    def create_world(self, scenario: str = "empty", seed: int = 0) -> dict[str, Any]:
-        """``{"id", "token", "clock", …}``; the token is shown only here (and by :meth:`fork`)."""
-        return self.post_json("/worlds", {"scenario": scenario, "seed": seed})
+    def list_worlds(self, limit: int = 100) -> list[tl.World]:
+        return self.send(Call("GET", "/worlds", list[tl.World], params={"limit": limit}))
 
-    def get_world(self, world_id: str) -> dict[str, Any]:
-        return self.get_json(f"/worlds/{world_id}")
+    def get_world(self, world_id: str) -> tl.World:
+        return self.send(Call("GET", f"/worlds/{world_id}", tl.World))
 
     def delete_world(self, world_id: str) -> None:
-        self.request("DELETE", f"/worlds/{world_id}")
+        return self.send(Call("DELETE", f"/worlds/{world_id}"))
 
-    def reset(self, world_id: str) -> dict[str, Any]:
-        return self.post_json(f"/worlds/{world_id}/reset")
+    def reset(self, world_id: str) -> tl.World:
+        return self.send(Call("POST", f"/worlds/{world_id}/reset", tl.World))
 
-    def snapshot(self, world_id: str, label: str | None = None) -> dict[str, Any]:
-        return self.post_json(f"/worlds/{world_id}/snapshots", {"label": label})
+    def snapshot(self, world_id: str, label: str | None = None) -> tl.Snapshot:
+        path = f"/worlds/{world_id}/snapshots"
+        return self.send(Call("POST", path, tl.Snapshot, json={"label": label}))
 
-    def restore(self, world_id: str, snapshot_id: str) -> dict[str, Any]:
-        return self.post_json(f"/worlds/{world_id}/restore", {"snapshot_id": snapshot_id})
+    def snapshots(self, world_id: str) -> list[tl.Snapshot]:
+        return self.send(Call("GET", f"/worlds/{world_id}/snapshots", list[tl.Snapshot]))
 
-    def fork(self, world_id: str) -> dict[str, Any]:
-        return self.post_json(f"/worlds/{world_id}/fork")
+    def restore(self, world_id: str, snapshot_id: str) -> tl.World:
+        body = {"snapshot_id": snapshot_id}
+        return self.send(Call("POST", f"/worlds/{world_id}/restore", tl.World, json=body))
 
-    def state(self, world_id: str, tables: bool = True) -> dict[str, Any]:
-        return self.get_json(f"/worlds/{world_id}/state", params={"tables": tables})
+    def fork(self, world_id: str) -> tl.World:
+        return self.send(Call("POST", f"/worlds/{world_id}/fork", tl.World))
 
-    def clock(self, world_id: str) -> str:
-        return self.get_json(f"/worlds/{world_id}/clock")["now"]
+    def state(self, world_id: str, tables: bool = True) -> tl.WorldState:
+        params = {"tables": tables}
+        return self.send(Call("GET", f"/worlds/{world_id}/state", tl.WorldState, params=params))
+
+    def clock(self, world_id: str) -> tl.Clock:
+        return self.send(Call("GET", f"/worlds/{world_id}/clock", tl.Clock))
 
     def advance(
-        self, world_id: str, *, to: str | None = None, by: str | float | None = None
-    ) -> dict[str, Any]:
-        """Move the simulated clock (``to`` ISO time, or ``by`` '3h' / seconds / 'PT1H')."""
+        self,
+        world_id: str,
+        *,
+        to: str | None = None,
+        by: str | float | None = None,
+        timeout: float | None = DEFAULT,
+    ) -> tl.AdvanceResult:
+        """Move the simulated clock (``to`` ISO time, or ``by`` '3h' / seconds / 'PT1H'). Events
+        fire on the way and NPC replies may call a model: give a long advance its ``timeout``."""
         body = {"to": to} if to is not None else {"by": by}
-        return self.post_json(f"/worlds/{world_id}/clock/advance", body)
+        path = f"/worlds/{world_id}/clock/advance"
+        return self.send(Call("POST", path, tl.AdvanceResult, json=body, timeout=timeout))
 
-    def events(self, world_id: str) -> list[dict[str, Any]]:
-        return self.get_json(f"/worlds/{world_id}/events")["events"]
+    def events(self, world_id: str) -> tl.EventList:
+        return self.send(Call("GET", f"/worlds/{world_id}/events", tl.EventList))
 
-    def checks(self, world_id: str) -> dict[str, Any]:
+    def checks(self, world_id: str) -> tl.ChecksReport:
         """Per-event verdicts and the model-judged checks (rubric + resolved inputs)."""
-        return self.get_json(f"/worlds/{world_id}/checks")
+        return self.send(Call("GET", f"/worlds/{world_id}/checks", tl.ChecksReport))
 
-    def scenarios(self) -> list[dict[str, Any]]:
-        return self.get_json("/scenarios")["scenarios"]
+    def scenarios(self) -> tl.ScenarioList:
+        return self.send(Call("GET", "/scenarios", tl.ScenarioList))
+
+    def scenario(self, name: str, seed: int = 0) -> tl.ScenarioInstance:
+        params = {"seed": seed}
+        return self.send(Call("GET", f"/scenarios/{name}", tl.ScenarioInstance, params=params))
 
     def app_url(self, world_id: str) -> str:
         """Base URL of a world's apps, e.g. the Gmail SDK's ``api_endpoint``."""
         return f"{self.base_url}/worlds/{world_id}/"
 
     def app(self, world_id: str, token: str, method: str, path: str, **kw: Any) -> Any:
-        """Call an app route (``gmail/v1/users/me/messages`` …) with the world token."""
+        """Call an app route (``gmail/v1/users/me/messages`` …) with the world token; the
+        JSON answer as is (the apps speak Gmail's, Slack's, Notion's own shapes)."""
         headers = {"Authorization": f"Bearer {token}", **kw.pop("headers", {})}
-        resp = self._http.request(
-            method, f"/worlds/{world_id}/{path.lstrip('/')}", headers=headers, **kw
+        call = Call(
+            method.upper(), f"/worlds/{world_id}/{path.lstrip('/')}", Any, headers=headers, **kw
         )
-        if resp.status_code >= 400:
-            raise _error_from_response(self.service, resp)
-        return resp.json() if resp.content else None
+        return self.send(call)
 
 
-class OrchestratorClient(ServiceClient):
+class _OrchestratorOps:
     service = "orchestrator"
+    send: Any
 
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, **kw: Any) -> OrchestratorClient:
-        return cls(**cls._settings_kwargs("orchestrator", settings, **kw))
+    def platform(self) -> PlatformStatus:
+        return self.send(Call("GET", "/platform", PlatformStatus))
 
-    def platform(self) -> dict[str, Any]:
-        return self.get_json("/platform")
+    def create_episode(self, body: EpisodeCreate | dict[str, Any]) -> Episode:
+        """Queue an episode; poll :meth:`episode` (POST is not retried)."""
+        data = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
+        return self.send(Call("POST", "/episodes", Episode, json=data))
+
+    def episode(self, episode_id: str) -> Episode:
+        return self.send(Call("GET", f"/episodes/{episode_id}", Episode))
+
+    def cancel_episode(self, episode_id: str) -> Episode:
+        return self.send(Call("POST", f"/episodes/{episode_id}/cancel", Episode))
+
+    def episode_trajectory(self, episode_id: str) -> dict[str, Any]:
+        """The versioned trajectory (``shared.trajectory.Trajectory.model_validate`` reads it)."""
+        return self.get_json(f"/episodes/{episode_id}/trajectory")
+
+
+class ModelClient(_ModelOps, ServiceClient):
+    pass
+
+
+class AsyncModelClient(_ModelOps, AsyncServiceClient):
+    pass
+
+
+class SandboxClient(_SandboxOps, ServiceClient):
+    def exec_stream(
+        self, sandbox_id: str, cmd: str | list[str], **fields: Any
+    ) -> Iterator[sb.ExecStreamEvent]:
+        """The events of a streamed exec as they arrive (no overall timeout; each read waits
+        at most the client's timeout for the next line)."""
+        path = f"/sandboxes/{sandbox_id}/exec/stream"
+        with self._http.stream("POST", path, json={**_command(cmd), **fields}) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise _error_from_response(self.service, resp)
+            for line in resp.iter_lines():
+                if line:
+                    yield sb.ExecStreamEvent.model_validate(json.loads(line))
+
+
+class AsyncSandboxClient(_SandboxOps, AsyncServiceClient):
+    async def exec_stream(
+        self, sandbox_id: str, cmd: str | list[str], **fields: Any
+    ) -> AsyncIterator[sb.ExecStreamEvent]:
+        path = f"/sandboxes/{sandbox_id}/exec/stream"
+        async with self._http.stream("POST", path, json={**_command(cmd), **fields}) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                raise _error_from_response(self.service, resp)
+            async for line in resp.aiter_lines():
+                if line:
+                    yield sb.ExecStreamEvent.model_validate(json.loads(line))
+
+
+class ToolsClient(_ToolsOps, ServiceClient):
+    pass
+
+
+class AsyncToolsClient(_ToolsOps, AsyncServiceClient):
+    pass
+
+
+class OrchestratorClient(_OrchestratorOps, ServiceClient):
+    pass
+
+
+class _VerifierOps:
+    """Verification jobs (the shared job model: ``/jobs`` routes, :mod:`shared.jobs_client`
+    adds get/list/cancel/wait)."""
+
+    service = "verifier"
+    send: Any
+
+    def create_job(self, kind: str, payload: dict[str, Any]) -> JobView:
+        body = {"kind": kind, "payload": payload}
+        return self.send(Call("POST", "/jobs", JobView, json=body))
+
+
+# ServiceClient before the jobs mixin: its ``request`` is the real one.
+class VerifierClient(_VerifierOps, ServiceClient, JobsClient):
+    pass
+
+
+class AsyncVerifierClient(_VerifierOps, AsyncServiceClient, AsyncJobsClient):
+    pass

@@ -1,11 +1,13 @@
 """The smoke flow behind ``k3stack demo`` / ``make demo``: start the platform, touch every
-service over HTTP through the shared clients, say what each step did, stop.
+service over HTTP through the shared clients (nothing else: ``shared`` never imports
+``services``), say what each step did, stop.
 
 It becomes the orchestrator's main job (an episode end to end) once that service lands.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -66,10 +68,10 @@ def smoke() -> bool:
                 seed=7,
                 temperature=0.8,
             )
-            choice, usage = reply["choices"][0], reply["usage"]
+            choice, usage = reply.choices[0], reply.usage
             return (
-                f"{reply['model']} answered ({choice['finish_reason']}, "
-                f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion "
+                f"{reply.model} answered ({choice.finish_reason}, "
+                f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion "
                 "tokens) — random weights, so the words are noise; the pipeline is real"
             )
 
@@ -79,20 +81,20 @@ def smoke() -> bool:
 
         def lifecycle() -> str:
             sb = sandbox.create("busybox", timeout=300)
-            sid = sb["sandboxID"]
+            sid = sb.sandboxID
             try:
-                out = sandbox.exec(sid, "echo hello from $(uname -n)")["stdout"].strip()
+                out = sandbox.exec(sid, "echo hello from $(uname -n)").stdout.strip()
                 sandbox.write_file(sid, "/tmp/demo.txt", "kept across pause\n")
                 sandbox.pause(sid)
-                paused = sandbox.get(sid)["state"]
+                paused = sandbox.get(sid).state
                 sandbox.resume(sid)
                 kept = sandbox.read_file(sid, "/tmp/demo.txt").decode().strip()
                 cp = sandbox.checkpoint(sid)
             finally:
                 sandbox.kill(sid)
             return (
-                f"{sb.get('runtime', '?')} sandbox {sid}: exec said {out!r}; {paused} → "
-                f"resumed, file {kept!r}; checkpoint {cp['id']} stored {cp['bytes_stored']:,} bytes"
+                f"{sb.runtime} sandbox {sid}: exec said {out!r}; {paused} → "
+                f"resumed, file {kept!r}; checkpoint {cp.id} stored {cp.bytes_stored:,} bytes"
             )
 
         results.append(_step("sandbox: create, exec, pause, resume, checkpoint", lifecycle))
@@ -100,35 +102,37 @@ def smoke() -> bool:
     with ToolsClient.from_settings(settings) as tools:
 
         def scenario() -> str:
-            from services.tools.scenarios import get_scenario
-            from services.tools.scenarios.api import WorldAPI
-
             name = "hr_onboarding"
-            sc = get_scenario(name)
-            inst = sc.build(seed=1)
-            solved = tools.create_world(name, seed=1)
-            sc.solve(inst, WorldAPI(tools._http, solved["id"], solved["token"], tools.api_key))
-            done = tools.checks(solved["id"])
+            inst = tools.scenario(name, seed=1)
+            acted = tools.create_world(name, seed=1)
+            mail = (
+                f"To: {inst.people[0].email if inst.people else inst.user.email}\r\n"
+                "Subject: Onboarding\r\n\r\nOn it: I will prepare everything this week."
+            )
+            raw = base64.urlsafe_b64encode(mail.encode()).decode()
+            tools.app(acted.id, acted.token or "", "POST", "gmail/v1/users/me/messages/send",
+                      json={"raw": raw})  # fmt: skip
             idle = tools.create_world(name, seed=1)
-            tools.advance(idle["id"], to=inst.end.isoformat())
-            nothing = tools.checks(idle["id"])
+            for world in (acted, idle):
+                tools.advance(world.id, to=inst.end.isoformat(), timeout=120.0)
+            one, nothing = tools.checks(acted.id), tools.checks(idle.id)
             return (
                 f"{name}: {len(inst.events)} events over "
-                f"{(inst.end - inst.start).days} simulated days; the scripted expert "
-                f"passed {done['events_passed']}/{done['events_total']}, "
-                f"a do-nothing run {nothing['events_passed']}/{nothing['events_total']}"
+                f"{(inst.end - inst.start).days} simulated days; one polite mail passed "
+                f"{one.events_passed}/{one.events_total}, "
+                f"a do-nothing run {nothing.events_passed}/{nothing.events_total}"
             )
 
-        results.append(_step("tools: a multi-day scenario, solved and left alone", scenario))
+        results.append(_step("tools: a multi-day scenario, one mail vs doing nothing", scenario))
 
     with VerifierClient.from_settings(settings) as verifier:
 
         def job() -> str:
             created = verifier.create_job("echo", {"hello": "k3stack"})
-            done = verifier.wait_job(created["id"], timeout_s=30)
+            done = verifier.wait_job(created.id, timeout_s=30)
             return (
-                f"job {done['id'][:8]}… {done['status']} through a Celery worker, "
-                f"sha256 {done['result']['sha256'][:12]}…"
+                f"job {done.id[:8]}… {done.status} through a Celery worker, "
+                f"sha256 {done.result['sha256'][:12]}…"
             )
 
         results.append(_step("verifier: run a job through the queue", job))
@@ -137,8 +141,8 @@ def smoke() -> bool:
 
         def platform() -> str:
             p = orch.platform()
-            healthy = [s["service"] for s in p["services"] if s["healthy"]]
-            return f"sees {len(healthy)}/{len(p['services'])} other services healthy"
+            healthy = [s.service for s in p.services if s.healthy]
+            return f"sees {len(healthy)}/{len(p.services)} other services healthy"
 
         results.append(_step("orchestrator: check the platform over HTTP", platform))
     return all(results)

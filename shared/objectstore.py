@@ -142,40 +142,55 @@ def _iter_chunks(data: Data, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
                 yield bytes(chunk)
 
 
-class _PartReader:
-    """Reads any :data:`Data` in parts of exactly ``n`` bytes (fewer only at the end),
-    hashing and counting what passes through; one part plus one chunk in memory at a time."""
+class _CheckedStream(io.RawIOBase):
+    """Any :data:`Data` as a file to read from, hashing and counting what passes through.
 
-    def __init__(self, data: Data) -> None:
+    ``read`` hands out at most one source chunk at a time, so the stream itself buffers
+    nothing. With ``expected`` set, reading past it, or reaching the end short of it, raises
+    :class:`ValueError` — inside the upload, which then aborts and leaves no object.
+    """
+
+    def __init__(self, key: str, data: Data, expected: int | None) -> None:
+        super().__init__()
+        self._key = key
         self._chunks = _iter_chunks(data)
-        self._buf = b""
+        self._pending = b""
+        self._expected = expected
         self._hash = hashlib.sha256()
         self.size = 0
 
-    def read(self, n: int) -> bytes:
-        parts = [self._buf] if self._buf else []
-        have = len(self._buf)
-        self._buf = b""
-        while have < n:
-            chunk = next(self._chunks, None)
-            if chunk is None:
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return b"".join(iter(lambda: self.read(CHUNK_SIZE), b""))
+        parts, have = [], 0
+        while have < size:
+            chunk = self._pending or next(self._chunks, b"")
+            self._pending = b""
+            if not chunk:
                 break
+            if have + len(chunk) > size:
+                chunk, self._pending = chunk[: size - have], chunk[size - have :]
             parts.append(chunk)
             have += len(chunk)
-        if have > n:  # split the last chunk, not the joined part: one copy fewer
-            last = parts[-1]
-            keep = len(last) - (have - n)
-            parts[-1], self._buf = last[:keep], last[keep:]
-        out = b"".join(parts)
+        out = parts[0] if len(parts) == 1 else b"".join(parts)
         del parts
+        if not out:
+            self._check(final=True)
+            return b""
         self._hash.update(out)
         self.size += len(out)
+        self._check(final=False)
         return out
 
-    def at_eof(self) -> bool:
-        if not self._buf:
-            self._buf = next(self._chunks, b"")
-        return not self._buf
+    def _check(self, final: bool) -> None:
+        want = self._expected
+        if want is None or (self.size <= want and not final) or self.size == want:
+            return
+        got = "more" if self.size > want else str(self.size)
+        raise ValueError(f"put {self._key!r}: expected {want} bytes, got {got}")
 
     @property
     def sha256(self) -> str:
@@ -558,8 +573,9 @@ class S3ObjectStore(ObjectStore):
     """Objects in one bucket of an S3 server (MinIO, AWS, moto), through the ``minio`` SDK.
 
     ``endpoint_url`` is ``http(s)://host:port``. Objects larger than ``part_size`` (at least
-    5 MiB) go up as multipart uploads, one part in memory at a time, whether or not their
-    length is known.
+    5 MiB) go up as multipart uploads whether or not their length is known, through minio's
+    public ``put_object``; it keeps up to about three parts in memory at once (the part being
+    read, its copy without the look-ahead byte, and the part before until it is replaced).
     """
 
     MIN_PART_SIZE = 5 * 1024 * 1024
@@ -576,6 +592,8 @@ class S3ObjectStore(ObjectStore):
         part_size: int = 8 * 1024 * 1024,
         cas_threads: int = 8,
     ) -> None:
+        import certifi
+        import urllib3
         from minio import Minio
 
         parts = urlsplit(endpoint_url if "://" in endpoint_url else f"http://{endpoint_url}")
@@ -591,12 +609,24 @@ class S3ObjectStore(ObjectStore):
         self.bucket = bucket
         self.part_size = part_size
         self.cas_threads = max(1, cas_threads)
+        # Our own connection pool (minio's defaults: 5 min timeouts, 5 retries on 5xx, the CA
+        # bundle of SSL_CERT_FILE or certifi), so close() can release it through public API.
+        self._http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=300, read=300),
+            maxsize=max(10, self.cas_threads + 2),
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
+            retries=urllib3.Retry(
+                total=5, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]
+            ),
+        )
         self.client = Minio(
             parts.netloc,
             access_key=access_key or None,
             secret_key=secret_key if access_key else None,
             secure=(parts.scheme == "https") if secure is None else secure,
             region=region,
+            http_client=self._http,
         )
         if create_bucket_if_missing:
             self._ensure_bucket(region)
@@ -632,6 +662,9 @@ class S3ObjectStore(ObjectStore):
         length: int | None = None,
         content_type: str = DEFAULT_CONTENT_TYPE,
     ) -> ObjectInfo:
+        """Streams through minio's public ``put_object`` with an unknown length: one PUT when
+        the data fits in ``part_size``, else a multipart upload that minio aborts on any
+        error (a length mismatch included), so the key keeps its previous object."""
         validate_key(key)
         metadata = None
         if isinstance(data, bytes | bytearray | memoryview):
@@ -639,85 +672,27 @@ class S3ObjectStore(ObjectStore):
             if length is not None and length != len(data):
                 raise ValueError(f"put {key!r}: expected {length} bytes, got {len(data)}")
             metadata = {"sha256": hashlib.sha256(data).hexdigest()}
-        reader = _PartReader(data)
-        first = reader.read(self.part_size)
-        if reader.at_eof():
-            self._check_length(key, length, reader.size)
-            result = self._call(
-                key,
-                self.client.put_object,
-                io.BytesIO(first),
-                len(first),
-                content_type=content_type,
-                metadata=metadata,
-            )
-            etag, modified = result.etag, result.last_modified
-        else:
-            box = [first]
-            del first  # the multipart loop must be able to drop it after uploading
-            etag = self._put_multipart(key, reader, box, length, content_type, metadata)
-            modified = None
+        stream = _CheckedStream(key, data, length)
+        result = self._call(
+            key,
+            self.client.put_object,
+            stream,
+            -1,
+            content_type=content_type,
+            metadata=metadata,
+            part_size=self.part_size,
+            # minio's parallel mode queues parts without bound while they upload: sequential
+            # parts keep memory bounded whatever the object's size.
+            num_parallel_uploads=1,
+        )
         return ObjectInfo(
             key=key,
-            size=reader.size,
-            etag=(etag or "").strip('"'),
-            modified=modified or datetime.now(UTC),
+            size=stream.size,
+            etag=(result.etag or "").strip('"'),
+            modified=result.last_modified or datetime.now(UTC),
             content_type=content_type,
-            sha256=reader.sha256,
+            sha256=stream.sha256,
         )
-
-    @staticmethod
-    def _check_length(key: str, length: int | None, size: int) -> None:
-        if length is not None and size != length:
-            got = "more" if size > length else str(size)
-            raise ValueError(f"put {key!r}: expected {length} bytes, got {got}")
-
-    def _put_multipart(
-        self,
-        key: str,
-        reader: _PartReader,
-        box: list[bytes],
-        length: int | None,
-        content_type: str,
-        metadata: dict[str, str] | None,
-    ) -> str | None:
-        """Multipart upload, one part in memory at a time.
-
-        minio's own ``put_object`` with an unknown length holds several copies of each part
-        (it reads ``part_size + 1`` bytes and slices), so this drives its multipart calls
-        directly (``minio==7.2.x`` internals, pinned in pyproject). A failure or a length
-        mismatch aborts the upload: the key keeps its previous object.
-        """
-        from minio.datatypes import Part
-        from minio.helpers import genheaders
-
-        client = self.client
-        headers = genheaders(metadata, None, None, None, False)
-        headers["Content-Type"] = content_type
-        upload_id = self._call(key, client._create_multipart_upload, headers)
-        try:
-            parts: list[Part] = []
-            data = box.pop()
-            while data:
-                if length is not None and reader.size > length:
-                    self._check_length(key, length, reader.size)
-                number = len(parts) + 1
-                parts.append(
-                    Part(
-                        number, client._upload_part(self.bucket, key, data, None, upload_id, number)
-                    )
-                )
-                data = b""  # let the part go before reading the next one
-                data = reader.read(self.part_size)
-            self._check_length(key, length, reader.size)
-            result = client._complete_multipart_upload(self.bucket, key, upload_id, parts)
-        except BaseException:
-            try:
-                client._abort_multipart_upload(self.bucket, key, upload_id)
-            except Exception:  # noqa: BLE001 - the original error matters more
-                pass
-            raise
-        return result.etag
 
     def _info(self, obj: Any) -> ObjectInfo:
         meta = obj.metadata or {}
@@ -790,9 +765,7 @@ class S3ObjectStore(ObjectStore):
         return keys
 
     def close(self) -> None:
-        http = getattr(self.client, "_http", None)
-        if http is not None:
-            http.clear()
+        self._http.clear()
 
 
 # --------------------------------------------------------------------------------------------

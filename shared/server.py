@@ -1,15 +1,17 @@
-"""Run a service's app with uvicorn: what ``python -m services.<name>`` calls."""
+"""Run a service's app with uvicorn: what ``python -m services.<name>`` calls (handing over
+its own app factory, so ``shared`` never imports a service)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from shared.settings import SettingsError, get_settings
 
 
-def serve(service: str, argv: list[str] | None = None) -> None:
+def serve(service: str, create_app: Callable[[], Any], argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog=f"python -m services.{service}",
         description=f"Run the k3stack {service} service (settings: K3STACK_* variables).",
@@ -23,8 +25,11 @@ def serve(service: str, argv: list[str] | None = None) -> None:
         print(f"k3stack {service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     section = settings.service(service)
-    module = importlib.import_module(f"services.{service}.app")
-    app = module.create_app()
+    try:
+        app = create_app()
+    except SettingsError as exc:  # the deployed-mode refusals (shared.settings.check_deployed)
+        print(f"k3stack {service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     import uvicorn
 

@@ -1,8 +1,9 @@
 """Every k3stack setting, read from ``K3STACK_*`` environment variables in this one place.
 
 Precedence, highest first: values passed to :func:`load_settings` (the CLI uses this), process
-environment, the dotenv file named by ``K3STACK_ENV_FILE`` (default ``.env`` in the working
-directory, if present), then the defaults below. Per-service sections are nested models read with
+environment, files named after the variable in ``K3STACK_SECRETS_DIR`` (Compose secrets), the
+dotenv file named by ``K3STACK_ENV_FILE`` (default ``.env`` in the working directory, if
+present), then the defaults below. Per-service sections are nested models read with
 a double underscore: ``K3STACK_SANDBOX__PORT=9001``. A value of the wrong type stops start-up with
 :class:`SettingsError`, whose message names the variable.
 
@@ -17,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "K3STACK_"
@@ -43,6 +44,9 @@ class ServiceSettings(BaseModel):
         description="API key required in the X-API-Key (or Bearer) header when auth is enabled.",
     )
     workers: int = Field(1, ge=0, le=64, description="Celery worker processes `k3stack up` starts.")
+    queue: str | None = Field(
+        None, description="Celery queue of the service's tasks (default: the service's name)."
+    )
 
     @property
     def base_url(self) -> str:
@@ -111,6 +115,32 @@ class ModelSettings(ServiceSettings):
     startup_timeout_s: float = Field(
         900.0, gt=0, description="How long the sglang engine waits for its server to be ready."
     )
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest request body the model API reads (413)."
+    )
+    max_queued_requests: int = Field(
+        256,
+        ge=0,
+        description="Requests the reference engine queues beyond max_num_seqs before answering "
+        "429 with Retry-After.",
+    )
+    prefix_cache: bool = Field(
+        True, description="Hybrid KDA/MLA prefix cache of the reference engine (paged pool)."
+    )
+    page_tokens: int = Field(
+        6144, ge=16, description="Tokens per physical page of the paged pool (MLA latent KV)."
+    )
+    hash_block_tokens: int = Field(
+        512, ge=1, description="Prefix-hash granularity; page_tokens must be a multiple of it."
+    )
+    host_tier_bytes: int = Field(
+        0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
+    )
+    admission_classes: str = Field(
+        "",
+        description="Prompt-length classes with their own prefill budget per step, e.g. "
+        "'2048:128,*:256' (empty = first come first served).",
+    )
 
 
 class SandboxSettings(ServiceSettings):
@@ -162,6 +192,11 @@ class SandboxSettings(ServiceSettings):
         description="Guest kernels and images (default /var/cache/k3stack as root, "
         "else ~/.cache/k3stack); scripts/setup_sandbox.sh fills it.",
     )
+    allow_process_runtime: bool = Field(
+        False,
+        description="Allow the `process` runtime (bubblewrap, not a security boundary) in "
+        "deployed mode; local mode always allows it.",
+    )
     exec_max_timeout_s: int = Field(
         3600, ge=1, le=7 * 24 * 3600,
         description="Longest a sandbox command may run; an exec timeout of 0 means this.",
@@ -192,11 +227,24 @@ class VerifierSettings(ServiceSettings):
     chromium_path: Path = Field(
         Path("/usr/bin/chromium"), description="Chromium binary the web verifier drives."
     )
+    job_kinds: list[str] = Field(
+        ["kernel", "web", "submission", "world", "judge"],
+        description="Verification job kinds, each on its own Celery queue <queue>.<kind>.",
+    )
+    web_template: str = Field(
+        "debian", description="Sandbox template web candidates are built and served in."
+    )
 
 
 class OrchestratorSettings(ServiceSettings):
     port: int = Field(8004, ge=0, le=65535, description="TCP port the service listens on.")
     rollout_queue: str = Field("rollouts", description="Celery queue for rollout batches.")
+    lease_s: float = Field(
+        30.0, gt=0, description="An episode's worker lease; a lapsed one is re-queued."
+    )
+    reaper_interval_s: float = Field(
+        5.0, ge=0, description="How often lapsed episode leases are reaped (0 = off)."
+    )
 
 
 class Settings(BaseSettings):
@@ -241,17 +289,63 @@ class Settings(BaseSettings):
     auth_enabled: bool | None = Field(
         None, description="Require API keys (default: off in local mode, on in deployed mode)."
     )
+    secrets_dir: Path | None = Field(
+        None,
+        description="Folder of secret files named after their variables (Compose secrets: "
+        "/run/secrets); the environment wins over a file.",
+    )
+    allow_insecure_no_auth: bool = Field(
+        False,
+        description="Let deployed mode start with K3STACK_AUTH_ENABLED=false (logged as an "
+        "error at every start; never in production).",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="Log level of every service."
     )
     log_format: Literal["text", "json"] = Field(
         "text", description="text for people, json (one object per line) for collectors."
     )
+    celery_eager: bool = Field(
+        False,
+        description="Run Celery tasks in the calling process instead of on a worker "
+        "(unit tests; never in production).",
+    )
+    job_heartbeat_s: float = Field(
+        5.0, gt=0, description="How often a worker running a job renews the job's heartbeat."
+    )
+    job_lease_s: float = Field(
+        60.0,
+        gt=0,
+        description="A running job whose heartbeat is older than this has lost its worker: "
+        "it is re-queued, or failed (worker_lost) after job_max_attempts.",
+    )
+    job_max_attempts: int = Field(
+        3, ge=1, le=100, description="Most times a job is started (worker losses included)."
+    )
+    job_reaper_interval_s: float = Field(
+        10.0, ge=0, description="How often a service looks for jobs whose worker died (0 = off)."
+    )
     http_timeout_s: float = Field(
         30.0, gt=0, description="Default timeout of inter-service HTTP calls."
     )
     http_retries: int = Field(
         3, ge=0, le=10, description="Retries of idempotent inter-service calls."
+    )
+    llm_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL (…/v1) the platform's judges, NPCs and agent "
+        "policy call (default: the model service's /v1).",
+    )
+    llm_api_key: str | None = Field(
+        None, description="Bearer key for llm_url (default: the model service's API key)."
+    )
+    llm_model: str | None = Field(
+        None, description="Model id those calls ask for (default: model.served_model_name)."
+    )
+    llm_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Timeout of one model call (a whole generation), not http_timeout_s.",
     )
 
     model: ModelSettings = Field(default_factory=ModelSettings)
@@ -260,8 +354,11 @@ class Settings(BaseSettings):
     verifier: VerifierSettings = Field(default_factory=VerifierSettings)
     orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
 
+    _unset: frozenset[str] = PrivateAttr(default=frozenset())
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
+        self._unset = frozenset(n for n in _STORE_URLS if getattr(self, n) is None)
         d = self.data_dir.expanduser()
         self.data_dir = d
         self.database_url = self.database_url or f"sqlite:///{d / 'k3stack.db'}"
@@ -278,8 +375,79 @@ class Settings(BaseSettings):
             raise SettingsError(f"unknown service {name!r}; choose one of {SERVICE_NAMES}")
         return getattr(self, name)
 
+    def service_queue(self, name: str) -> str:
+        """The Celery queue a service's tasks go to (``K3STACK_<SERVICE>__QUEUE``)."""
+        return self.service(name).queue or name
+
     def ensure_dirs(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+
+
+# ---- deployed mode: what must be set, and set to something real, before a service starts ----
+
+_STORE_URLS = ("database_url", "broker_url", "result_backend", "object_store_url")
+MIN_SECRET_LENGTH = 16
+_PLACEHOLDERS = ("change-me", "changeme", "replace-me", "example", "secret", "password")
+_DEFAULT_SECRETS = {"k3stack", "minioadmin", "admin", "root", "test", "default"}
+
+
+def _weak_secret(value: str | None) -> str | None:
+    """Why a secret is unusable in deployed mode, or None when it is fine."""
+    if not value:
+        return "is empty"
+    low = value.lower()
+    if low in _DEFAULT_SECRETS or any(low.startswith(p) for p in _PLACEHOLDERS):
+        return "is a default/placeholder value"
+    if len(value) < MIN_SECRET_LENGTH:
+        return f"is shorter than {MIN_SECRET_LENGTH} characters"
+    return None
+
+
+def deployed_problems(settings: Settings, service: str | None = None) -> list[str]:
+    """Everything that stops ``service`` (None: any service) from starting in deployed mode.
+
+    Each problem names its variable. Local mode has none: embedded defaults are the point.
+    """
+    if settings.mode != "deployed":
+        return []
+    problems = []
+    for name in _STORE_URLS:
+        if name in settings._unset:
+            problems.append(f"{_env_name((name,))} is not set (deployed mode never falls back "
+                            "to an embedded store)")  # fmt: skip
+    if str(settings.object_store_url).startswith(("http://", "https://")):
+        if not settings.object_store_access_key:
+            problems.append("K3STACK_OBJECT_STORE_ACCESS_KEY is empty")
+        why = _weak_secret(settings.object_store_secret_key)
+        if why:
+            problems.append(f"K3STACK_OBJECT_STORE_SECRET_KEY {why}")
+    if not settings.auth_enabled and not settings.allow_insecure_no_auth:
+        problems.append("K3STACK_AUTH_ENABLED=false is refused in deployed mode (set "
+                        "K3STACK_ALLOW_INSECURE_NO_AUTH=true to override, never in production)")  # fmt: skip
+    for name in SERVICE_NAMES:
+        key = settings.service(name).api_key
+        if name != service and not key:
+            continue  # another service's key: only the callers of that service carry it
+        why = _weak_secret(key)
+        if why and settings.auth_enabled:
+            problems.append(f"{_env_name((name, 'api_key'))} {why}")
+    if service in (None, "sandbox") and settings.sandbox.runtime == "process":
+        if not settings.sandbox.allow_process_runtime:
+            problems.append("K3STACK_SANDBOX__RUNTIME=process is refused in deployed mode (not a "
+                            "security boundary; K3STACK_SANDBOX__ALLOW_PROCESS_RUNTIME=true "
+                            "enables it)")  # fmt: skip
+    return problems
+
+
+def check_deployed(settings: Settings, service: str | None = None) -> None:
+    """Raise :class:`SettingsError` listing :func:`deployed_problems`, if there are any."""
+    problems = deployed_problems(settings, service)
+    if problems:
+        who = f"k3stack {service}" if service else "k3stack"
+        raise SettingsError(
+            f"{who} refuses to start in deployed mode (K3STACK_MODE=deployed):\n  "
+            + "\n  ".join(problems)
+        )
 
 
 def _env_name(loc: tuple[Any, ...]) -> str:
@@ -293,11 +461,33 @@ def _env_name(loc: tuple[Any, ...]) -> str:
     return name
 
 
+def _secret_files(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Settings from files named after their variables in ``$K3STACK_SECRETS_DIR`` (Compose
+    ``secrets:`` mount them under /run/secrets), for variables the environment does not set."""
+    folder = os.environ.get("K3STACK_SECRETS_DIR")
+    if not folder or not Path(folder).is_dir():
+        return overrides
+    merged = dict(overrides)
+    for path in sorted(Path(folder).iterdir()):
+        name = path.name.upper()
+        if not name.startswith(ENV_PREFIX) or name in os.environ or not path.is_file():
+            continue
+        head, _, sub = name.removeprefix(ENV_PREFIX).lower().partition(NESTED_DELIMITER)
+        value = path.read_text().strip()
+        if sub:
+            section = merged.setdefault(head, {})
+            if isinstance(section, dict):
+                section.setdefault(sub, value)
+        else:
+            merged.setdefault(head, value)
+    return merged
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read the settings; a bad value raises :class:`SettingsError` naming its variable."""
     env_file = os.environ.get("K3STACK_ENV_FILE", ".env")
     try:
-        return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+        return Settings(_env_file=env_file, **_secret_files(overrides))  # type: ignore[call-arg]
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

@@ -1,4 +1,5 @@
+from services.model.app import create_app
 from shared.server import serve
 
 if __name__ == "__main__":
-    serve("model")
+    serve("model", create_app)

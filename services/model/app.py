@@ -16,7 +16,11 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import Gauge
 
+from services.model.serving.admission import parse_admission_classes
 from services.model.serving.backends import Backend, create_backend
+from services.model.serving.limits import BodySizeLimit
+from services.model.serving.metrics import RequestMetrics
+from services.model.serving.prefix_cache import PREFIX_CACHE_METRICS
 from services.model.serving.routes import install_openai_errors, router
 from shared.app import create_app as create_service_app
 from shared.settings import Settings, get_settings
@@ -24,8 +28,9 @@ from shared.settings import Settings, get_settings
 log = logging.getLogger("k3stack.model")
 
 
-def _engine_gauges(app: FastAPI) -> None:
-    """Queue depths and token counters of the reference engine, read at scrape time."""
+def _engine_gauges(app: FastAPI, num_classes: int) -> None:
+    """Queue depths, cache usage and token counters of the reference engine, read at scrape
+    time."""
     metrics = app.state.metrics
 
     def reading(key: str):  # type: ignore[no-untyped-def]
@@ -40,6 +45,18 @@ def _engine_gauges(app: FastAPI) -> None:
         ("generated_tokens", "Tokens generated since start."),
         ("computed_tokens", "Tokens run through the model since start."),
         ("preemptions", "Requests preempted for memory since start."),
+        ("aborted", "Requests aborted (client gone) since start."),
+        ("cache_usage", "Fraction of the latent KV cache blocks in use."),
+        *PREFIX_CACHE_METRICS.items(),
+        *(
+            (f"class{k}_{what}", f"Admission class {k}: {doc}")
+            for k in range(num_classes)
+            for what, doc in (
+                ("waiting", "requests waiting now."),
+                ("admitted", "requests admitted since start."),
+                ("wait_steps", "request-steps spent waiting since start."),
+            )
+        ),
     ):
         gauge = Gauge(f"k3stack_model_engine_{key}", doc, registry=metrics.registry)
         gauge.set_function(reading(key))
@@ -74,5 +91,11 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.state.backend = chosen
     app.state.ready = False
     install_openai_errors(app)
-    _engine_gauges(app)
+    classes = parse_admission_classes(
+        settings.model.admission_classes, settings.model.max_num_batched_tokens
+    )
+    _engine_gauges(app, len(classes))
+    if hasattr(chosen, "metrics"):
+        chosen.metrics = RequestMetrics.create(app.state.metrics.registry)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.model.max_body_bytes)
     return app

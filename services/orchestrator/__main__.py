@@ -1,4 +1,5 @@
+from services.orchestrator.app import create_app
 from shared.server import serve
 
 if __name__ == "__main__":
-    serve("orchestrator")
+    serve("orchestrator", create_app)

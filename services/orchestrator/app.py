@@ -1,30 +1,20 @@
-"""Orchestrator service: harnesses, episodes, rollouts. Wired today: a fan-out health view of
-the platform through the shared clients (the smoke flow `make demo` uses)."""
+"""Orchestrator service: harness presets, episodes on Celery workers (queue ``orchestrator``),
+their trajectories and reports; plus a fan-out health view of the platform."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request
-from pydantic import BaseModel
 
 from shared.app import create_app as create_service_app
 from shared.clients import AsyncServiceClient, ServiceError
+from shared.contracts.orchestrator import PlatformStatus, ServiceStatus
 from shared.settings import SERVICE_NAMES, get_settings
 
 router = APIRouter(tags=["platform"])
-
-
-class ServiceStatus(BaseModel):
-    service: str
-    url: str
-    healthy: bool
-    detail: dict[str, Any] | str
-
-
-class PlatformStatus(BaseModel):
-    healthy: bool
-    services: list[ServiceStatus]
 
 
 @router.get("/platform", response_model=PlatformStatus, operation_id="getPlatformStatus")
@@ -51,10 +41,53 @@ async def platform_status(request: Request) -> PlatformStatus:
     return PlatformStatus(healthy=all(r.healthy for r in results), services=list(results))
 
 
-def create_app() -> FastAPI:
+def _reaper(app: FastAPI, stop: threading.Event, interval: float) -> None:
+    from services.orchestrator.episode.service import reap
+
+    while not stop.wait(interval):
+        try:
+            reap(app.state.db, app.state.services, app.state.enqueue)
+        except Exception:  # noqa: BLE001 - the reaper keeps going
+            import logging
+
+            logging.getLogger("k3stack.orchestrator").exception("reaper pass failed")
+
+
+def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
+    """``enqueue`` puts an episode id on the queue (default: the Celery task)."""
+    from services.orchestrator.db import open_database
+    from services.orchestrator.episode.service import services_from_settings
+    from services.orchestrator.routes import router as episodes_router
+
+    settings = get_settings()
+    db = open_database(settings.database_url or "")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db.migrate()
+        app.state.db = db
+        app.state.services = services_from_settings(settings)
+        if enqueue is None:
+            from services.orchestrator.tasks import enqueue_episode
+
+            app.state.enqueue = enqueue_episode
+        else:
+            app.state.enqueue = enqueue
+        stop = threading.Event()
+        interval = settings.orchestrator.reaper_interval_s
+        if interval > 0:
+            threading.Thread(
+                target=_reaper, args=(app, stop, interval), daemon=True, name="episode-reaper"
+            ).start()
+        yield
+        stop.set()
+        db.close()
+
     return create_service_app(
         "orchestrator",
-        routers=[router],
-        settings=get_settings(),
+        routers=[router, episodes_router],
+        lifespan=lifespan,
+        health_checks={"database": db.ping},
+        settings=settings,
         description="White-box harness, episodes, partial rollout, trajectories.",
     )

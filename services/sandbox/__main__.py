@@ -1,4 +1,5 @@
+from services.sandbox.app import create_app
 from shared.server import serve
 
 if __name__ == "__main__":
-    serve("sandbox")
+    serve("sandbox", create_app)

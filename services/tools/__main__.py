@@ -1,4 +1,5 @@
+from services.tools.app import create_app
 from shared.server import serve
 
 if __name__ == "__main__":
-    serve("tools")
+    serve("tools", create_app)

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy import inspect
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -37,11 +38,15 @@ _APP_PATH = re.compile(r"^/(?:worlds/[^/]+/)?(?:upload/)?([a-z][a-z0-9_]*)/")
 ErrorStyle = Callable[[int, str], JSONResponse]
 
 
-def app_routers() -> tuple[list[APIRouter], dict[str, ErrorStyle], dict[type, Any]]:
-    """Every app's routers, error styles and exception handlers, found by folder."""
+def app_routers() -> tuple[
+    list[APIRouter], dict[str, ErrorStyle], dict[type, Any], dict[str, type[BaseModel]]
+]:
+    """Every app's routers, error styles, exception handlers and error-body models (for the
+    OpenAPI document), found by folder."""
     routers: list[APIRouter] = []
     styles: dict[str, ErrorStyle] = {}
     handlers: dict[type, Any] = {}
+    models: dict[str, type[BaseModel]] = {}
     for app in load_apps():
         mod = app_module(app, "routes")
         if mod is None:
@@ -51,7 +56,67 @@ def app_routers() -> tuple[list[APIRouter], dict[str, ErrorStyle], dict[type, An
         if callable(getattr(mod, "error_response", None)):
             styles[app] = mod.error_response
         handlers.update(getattr(mod, "exception_handlers", {}) or {})
-    return routers, styles, handlers
+        if getattr(mod, "ERROR_MODEL", None) is not None:
+            models[app] = mod.ERROR_MODEL
+    return routers, styles, handlers, models
+
+
+class JsonRpcErrorObject(BaseModel):
+    code: int
+    message: str
+
+
+class JsonRpcError(BaseModel):
+    """What the MCP endpoint answers a malformed or unknown request."""
+
+    jsonrpc: str
+    id: Any = None
+    error: JsonRpcErrorObject
+
+
+def _document_errors(app: FastAPI, models: dict[str, type[BaseModel]]) -> None:
+    """Document every route's real error bodies: 4XX in the app's own shape (Google, Slack,
+    Notion) on its paths, JSON-RPC (or the platform's) on MCP, the platform's ``Error``
+    elsewhere; FastAPI's 422 goes (validation failures answer 400 in those shapes)."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = base()
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        for model in [*models.values(), Error, JsonRpcError]:
+            schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(schema.pop("$defs", {}))
+            schemas[model.__name__] = schema
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+
+        def ref(model: type[BaseModel]) -> dict[str, Any]:
+            return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+        for path, item in doc.get("paths", {}).items():
+            m = _APP_PATH.match(path + "/")
+            name = m.group(1) if m else None
+            if name == "mcp":
+                schema: dict[str, Any] = {"anyOf": [ref(JsonRpcError), ref(Error)]}
+                label = "JSON-RPC error (or the platform's, for auth)"
+            elif name in models:
+                schema, label = ref(models[name]), f"{name} error, in {name}'s own shape"
+            else:
+                schema, label = ref(Error), "error"
+            for op in item.values():
+                responses = op.setdefault("responses", {})
+                for code in [c for c in responses if c.startswith("4")]:
+                    del responses[code]
+                responses["4XX"] = {
+                    "description": label,
+                    "content": {"application/json": {"schema": schema}},
+                }
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _install_error_styles(app: FastAPI, styles: dict[str, ErrorStyle]) -> None:
@@ -80,12 +145,31 @@ def _install_error_styles(app: FastAPI, styles: dict[str, ErrorStyle]) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         style = style_for(request)
         if style is not None:
-            return style(exc.status_code, str(exc.detail))
-        return default(exc.status_code, _HTTP_CODES.get(exc.status_code, "error"), str(exc.detail))
+            resp = style(exc.status_code, str(exc.detail))
+        else:
+            resp = default(
+                exc.status_code, _HTTP_CODES.get(exc.status_code, "error"), str(exc.detail)
+            )
+        if exc.status_code == 405:
+            # An unsupported method (TRACE, PUT on a POST route, ...) is a 405 naming the
+            # methods the path takes, whatever status the app's own style would use.
+            resp.status_code = 405
+        for key, value in (exc.headers or {}).items():
+            resp.headers[key] = value
+        return resp
 
     app.add_exception_handler(APIError, api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+
+
+def ping(db: ServiceDatabase) -> dict[str, str]:
+    """``/health``: one ``SELECT 1``; no migration context (the schema is checked at start)."""
+    from sqlalchemy import text
+
+    with db.engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+    return {"dialect": db.engine.dialect.name}
 
 
 def create_app() -> FastAPI:
@@ -103,7 +187,7 @@ def create_app() -> FastAPI:
         yield
         db.close()
 
-    routers, styles, handlers = app_routers()
+    routers, styles, handlers, error_models = app_routers()
     extra: list[APIRouter] = []
     mcp = app_module_safe("services.tools.mcp.routes")
     if mcp is not None and getattr(mcp, "router", None) is not None:
@@ -113,11 +197,12 @@ def create_app() -> FastAPI:
         routers=[worlds_router],
         public_routers=[*routers, *extra],
         lifespan=lifespan,
-        health_checks={"database": db.ping},
+        health_checks={"database": lambda: ping(db)},
         settings=settings,
         description="Mock Gmail, Slack, Notion and Calendar; worlds; scenarios.",
     )
     _install_error_styles(app, styles)
+    _document_errors(app, error_models)
     for exc_type, handler in handlers.items():
         app.add_exception_handler(exc_type, handler)
     return app

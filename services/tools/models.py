@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, DateTime, Integer, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from services.tools.db import Base, WorldScoped
+from services.tools.tables import Base, WorldScoped
 
 
 class WorldRow(Base):

@@ -9,14 +9,23 @@ from sqlalchemy import JSON, DateTime, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from shared.db import service_base
+from shared.jobs import JobMixin
 
 Base = service_base()
 
 
-class JobRow(Base):
+class JobRow(JobMixin, Base):
+    """Verification jobs, on the shared job model (``shared/jobs.py``)."""
+
     __tablename__ = "verifier_jobs"
 
+
+class SubmissionSessionRow(Base):
+    """A submission-loop session; ``state`` holds the hidden seed and never leaves the service."""
+
+    __tablename__ = "verifier_submission_sessions"
+
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(32))
+    task: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)

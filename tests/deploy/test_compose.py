@@ -1,8 +1,9 @@
 """docker-compose.yml: valid Compose, complete, and consistent with the code it deploys.
 
 No Docker engine is needed: the file is read with PyYAML (anchors and merge keys resolved),
-interpolated the way Compose does it, validated against the Compose Specification's JSON schema,
-and its environment is fed through the real settings loader.
+interpolated the way Compose does it, validated against the Compose Specification's JSON schema
+(the copy `check-jsonschema` ships as `vendor.compose-spec`, pinned in the test extra), and its
+environment is fed through the real settings loader.
 """
 
 from __future__ import annotations
@@ -16,20 +17,25 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from check_jsonschema.builtin_schemas import get_builtin_schema
 
 from shared.queue import worker_argv
 from shared.settings import (
     SERVICE_NAMES,
     OrchestratorSettings,
     Settings,
+    SettingsError,
+    check_deployed,
     load_settings,
     settings_table,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
-COMPOSE_SCHEMA = REPO_ROOT.parent / "shared" / "schemas" / "compose-spec.json"
+COMPOSE_SCHEMA = "vendor.compose-spec"
 DEFAULT_PORTS = {name: Settings.model_fields[name].default_factory().port for name in SERVICE_NAMES}
+WORKER_SERVICES = [s for s in SERVICE_NAMES if s != "sandbox"]  # the sandbox has no worker
+STORES = ("postgres", "redis", "minio", "minio-init")
 
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}, ${VAR:+alt}, $VAR; $$ is a $.
 _INTERP = re.compile(
@@ -82,10 +88,11 @@ def compose(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def validator() -> jsonschema.Draft7Validator:
-    schema = json.loads(COMPOSE_SCHEMA.read_text())
-    jsonschema.Draft7Validator.check_schema(schema)
-    return jsonschema.Draft7Validator(schema)
+def validator() -> jsonschema.protocols.Validator:
+    schema = get_builtin_schema(COMPOSE_SCHEMA)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def _k3stack_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -96,21 +103,22 @@ def _k3stack_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _errors(validator: jsonschema.Draft7Validator, doc: dict[str, Any]) -> list[str]:
+def _errors(validator: jsonschema.protocols.Validator, doc: dict[str, Any]) -> list[str]:
     return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(doc)]
 
 
 # ---- schema --------------------------------------------------------------------------------------
 
 
-def test_schema_file_is_the_compose_spec(validator: jsonschema.Draft7Validator) -> None:
-    assert COMPOSE_SCHEMA.is_file(), f"expected the Compose schema at {COMPOSE_SCHEMA}"
+def test_schema_file_is_the_compose_spec(validator: jsonschema.protocols.Validator) -> None:
+    assert validator.schema["$id"] == "compose_spec.json"
     assert "services" in validator.schema["properties"]
-    assert validator.schema["$schema"].startswith("https://json-schema.org/draft-07")
+    assert validator.schema["title"] == "Compose Specification"
+    assert validator.schema["$schema"].startswith("https://json-schema.org/")
 
 
 def test_compose_file_validates_against_compose_spec(
-    raw: dict[str, Any], compose: dict[str, Any], validator: jsonschema.Draft7Validator
+    raw: dict[str, Any], compose: dict[str, Any], validator: jsonschema.protocols.Validator
 ) -> None:
     assert _errors(validator, raw) == []
     assert _errors(validator, compose) == []
@@ -128,6 +136,10 @@ def _bad_condition(doc: dict[str, Any]) -> None:
     doc["services"]["verifier"]["depends_on"]["postgres"]["condition"] = "service_ready"
 
 
+def _bad_secret_source(doc: dict[str, Any]) -> None:
+    doc["secrets"]["tools_api_key"] = {"environment": ["K3STACK_TOOLS__API_KEY"]}
+
+
 def _bad_healthcheck(doc: dict[str, Any]) -> None:
     doc["services"]["redis"]["healthcheck"]["retries"] = ["3"]
 
@@ -142,11 +154,19 @@ def _bad_top_level(doc: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "mutate",
-    [_bad_ports, _bad_service_key, _bad_condition, _bad_healthcheck, _bad_devices, _bad_top_level],
+    [
+        _bad_ports,
+        _bad_service_key,
+        _bad_condition,
+        _bad_healthcheck,
+        _bad_devices,
+        _bad_top_level,
+        _bad_secret_source,
+    ],
     ids=lambda f: f.__name__.removeprefix("_"),
 )
 def test_schema_rejects_mutated_compose(
-    compose: dict[str, Any], validator: jsonschema.Draft7Validator, mutate: Any
+    compose: dict[str, Any], validator: jsonschema.protocols.Validator, mutate: Any
 ) -> None:
     doc = copy.deepcopy(compose)
     mutate(doc)
@@ -160,8 +180,10 @@ def test_every_k3stack_service_and_worker_is_there(compose: dict[str, Any]) -> N
     names = set(compose["services"])
     for svc in SERVICE_NAMES:
         assert svc in names
+    for svc in WORKER_SERVICES:
         assert f"{svc}-worker" in names
-    assert {"postgres", "redis", "minio", "minio-init"} <= names
+    assert "sandbox-worker" not in names  # no placeholder worker with /dev/kvm
+    assert set(STORES) <= names
     assert compose["services"]["postgres"]["image"].startswith("postgres:16")
     assert compose["services"]["redis"]["image"].startswith("redis:7")
 
@@ -179,20 +201,23 @@ def test_build_contexts_and_dockerfiles_exist(compose: dict[str, Any]) -> None:
         assert context.is_dir(), f"{name}: build context {context} missing"
         dockerfile = context / build.get("dockerfile", "Dockerfile")
         assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
-    assert built == 2 * len(SERVICE_NAMES)
+        assert f"FROM base AS {build['target']}\n" in dockerfile.read_text(), name
+    assert built == len(SERVICE_NAMES) + len(WORKER_SERVICES)
 
 
 def test_worker_uses_its_service_image_and_build(compose: dict[str, Any]) -> None:
-    for svc in SERVICE_NAMES:
+    for svc in WORKER_SERVICES:
         service, worker = compose["services"][svc], compose["services"][f"{svc}-worker"]
         assert worker["image"] == service["image"]
         assert worker["build"] == service["build"]
-        assert worker["build"]["dockerfile"] == f"services/{svc}/Dockerfile"
+        assert worker["build"]["target"] == svc
+        assert "dockerfile" not in worker["build"]  # the root Dockerfile
         assert worker["environment"] == service["environment"]
+        assert worker["secrets"] == service["secrets"]
 
 
 def test_workers_run_the_worker_command_of_shared_queue(compose: dict[str, Any]) -> None:
-    for svc in SERVICE_NAMES:
+    for svc in WORKER_SERVICES:
         expected = ["python", *worker_argv(svc)]
         if svc == "orchestrator":
             # The orchestrator's worker also drains the rollout-batch queue.
@@ -219,6 +244,9 @@ def test_depends_on_names_existing_services(compose: dict[str, Any]) -> None:
 
 def test_k3stack_containers_wait_for_storage_and_bucket(compose: dict[str, Any]) -> None:
     for name, svc in _k3stack_services(compose).items():
+        if name == "sandbox":
+            assert not set(svc.get("depends_on", {})) & set(STORES)  # it never talks to them
+            continue
         deps = svc["depends_on"]
         assert deps["postgres"]["condition"] == "service_healthy", name
         assert deps["redis"]["condition"] == "service_healthy", name
@@ -249,7 +277,9 @@ def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
 def test_api_healthchecks_hit_their_own_health_endpoint(compose: dict[str, Any]) -> None:
     for svc in SERVICE_NAMES:
         test = " ".join(compose["services"][svc]["healthcheck"]["test"])
-        assert f"http://127.0.0.1:{DEFAULT_PORTS[svc]}/health" in test
+        # Readiness: depends_on service_healthy waits until the service's dependencies answer.
+        assert f"http://127.0.0.1:{DEFAULT_PORTS[svc]}/health/ready" in test
+    for svc in WORKER_SERVICES:
         worker_test = " ".join(compose["services"][f"{svc}-worker"]["healthcheck"]["test"])
         assert f"-A services.{svc}.tasks inspect ping -d {svc}@$HOSTNAME" in worker_test
 
@@ -281,87 +311,185 @@ def test_named_volumes_are_declared(compose: dict[str, Any]) -> None:
             if not source.startswith((".", "/")):
                 used.add(source)
     assert used == declared
-    assert {"postgres-data", "minio-data", "sandbox-data"} <= declared
+    assert {"postgres-data", "minio-data", "sandbox-data", "sandbox-cache"} <= declared
 
 
-# ---- environment ---------------------------------------------------------------------------------
+# ---- environment and secrets ---------------------------------------------------------------------
+
+# What a user's .env holds (strong values; the tests below also try weak ones).
+DOTENV = {
+    **{f"K3STACK_{svc.upper()}__API_KEY": f"k3s-{svc}-0123456789abcdef" for svc in SERVICE_NAMES},
+    "POSTGRES_PASSWORD": "pg0123456789abcdef",
+    "REDIS_PASSWORD": "rd0123456789abcdef",
+    "MINIO_ROOT_PASSWORD": "root0123456789abcdef",
+    "K3STACK_OBJECT_STORE_SECRET_KEY": "app0123456789abcdef",
+    "K3STACK_DATABASE_URL": "postgresql+psycopg://k3stack:pg0123456789abcdef@postgres:5432/k3stack",
+    "K3STACK_BROKER_URL": "redis://:rd0123456789abcdef@redis:6379/0",
+    "K3STACK_RESULT_BACKEND": "redis://:rd0123456789abcdef@redis:6379/1",
+}
 
 
-def test_k3stack_variables_are_real_settings(raw: dict[str, Any]) -> None:
+def mount_secrets(compose: dict[str, Any], service: str, env: dict[str, str], at: Path) -> Path:
+    """The files Compose would mount under /run/secrets for ``service``, from ``env``."""
+    at.mkdir(parents=True, exist_ok=True)
+    for ref in compose["services"][service].get("secrets", []):
+        ref = {"source": ref, "target": ref} if isinstance(ref, str) else ref
+        source = compose["secrets"][ref["source"]]["environment"]
+        (at / ref.get("target", ref["source"])).write_text(env.get(source, ""))
+    return at
+
+
+def load_service(compose: dict[str, Any], service: str, env: dict[str, str], tmp: Path) -> Settings:
+    secrets = mount_secrets(compose, service, env, tmp / service)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in compose["services"][service]["environment"].items():
+            mp.setenv(key, str(value))
+        mp.setenv("K3STACK_SECRETS_DIR", str(secrets))
+        return load_settings()
+
+
+def test_k3stack_variables_are_real_settings(raw: dict[str, Any], compose: dict[str, Any]) -> None:
     valid = {var for var, _default, _desc in settings_table()}
     seen: set[str] = set()
     doc = interpolate(raw, {}, seen)
     env_keys = {key for svc in doc["services"].values() for key in svc.get("environment", {})}
-    k3stack_names = {n for n in env_keys | seen if n.startswith("K3STACK_")}
-    assert k3stack_names, "no K3STACK_ variables found"
+    targets = {
+        ref["target"]
+        for svc in compose["services"].values()
+        for ref in svc.get("secrets", [])
+        if isinstance(ref, dict)
+    }
+    k3stack_names = {n for n in env_keys | seen | targets if n.startswith("K3STACK_")}
+    assert len(k3stack_names) > 15
     assert k3stack_names - valid == set()
-    # Interpolated secrets reuse the setting's own name, so one .env serves both.
-    assert "K3STACK_SANDBOX__API_KEY" in seen
+    assert "K3STACK_SANDBOX__API_KEY" in targets
+
+
+def test_no_credential_in_any_environment(raw: dict[str, Any]) -> None:
+    """Keys and passwords reach containers as secrets only; none has a default in the file."""
+    text = COMPOSE_FILE.read_text()
+    assert "change-me" not in text
+    for name, svc in raw["services"].items():
+        for key, value in (svc.get("environment") or {}).items():
+            if re.search(r"API_KEY|SECRET_KEY|PASSWORD", key):
+                assert key.endswith("_FILE") and str(value).startswith("/run/secrets/"), key
+            if key.endswith(("_URL", "_BACKEND")):
+                assert "@" not in str(value), (name, key)  # no credentials inside a URL
+    sources = {d["environment"] for d in raw["secrets"].values()}
+    assert sources == set(DOTENV)
 
 
 def test_service_environment_loads_as_deployed_settings(
-    compose: dict[str, Any], clean_k3stack_env: pytest.MonkeyPatch
+    compose: dict[str, Any], clean_k3stack_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    for name, svc in _k3stack_services(compose).items():
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in svc["environment"].items():
-                mp.setenv(key, str(value))
-            s = load_settings()
+    for name in _k3stack_services(compose):
+        s = load_service(compose, name, DOTENV, tmp_path)
+        svc = name.removesuffix("-worker")
+        check_deployed(s, svc)  # the start-up refusals accept it
         assert s.mode == "deployed" and s.auth_enabled, name
-        assert s.database_url == "postgresql+psycopg://k3stack:k3stack@postgres:5432/k3stack"
-        assert s.broker_url == "redis://redis:6379/0"
-        assert s.result_backend == "redis://redis:6379/1"
-        assert s.object_store_url == "http://minio:9000"
-        assert s.object_store_access_key and s.object_store_secret_key
+        if svc == "sandbox":
+            assert s.database_url == "sqlite:////var/lib/k3stack/sandbox.db"
+            assert s.object_store_url == "file:///var/lib/k3stack/objects"
+            assert s.object_store_secret_key is None
+        else:
+            assert s.database_url == DOTENV["K3STACK_DATABASE_URL"]
+            assert s.broker_url == DOTENV["K3STACK_BROKER_URL"]
+            assert s.result_backend == DOTENV["K3STACK_RESULT_BACKEND"]
+            assert s.object_store_url == "http://minio:9000"
+            assert s.object_store_access_key == "k3stack-app"
+            assert s.object_store_secret_key == DOTENV["K3STACK_OBJECT_STORE_SECRET_KEY"]
+        assert s.service(svc).api_key == DOTENV[f"K3STACK_{svc.upper()}__API_KEY"]
         for other in SERVICE_NAMES:
             section = s.service(other)
             assert section.host == "0.0.0.0"
             assert section.base_url == f"http://{other}:{DEFAULT_PORTS[other]}"
-            assert section.api_key == f"change-me-{other}"
 
 
-def test_api_keys_come_from_the_shell(raw: dict[str, Any]) -> None:
-    doc = interpolate(raw, {"K3STACK_TOOLS__API_KEY": "s3cret", "POSTGRES_PASSWORD": "pw"})
-    env = doc["services"]["orchestrator"]["environment"]
-    assert env["K3STACK_TOOLS__API_KEY"] == "s3cret"
-    assert env["K3STACK_DATABASE_URL"] == "postgresql+psycopg://k3stack:pw@postgres:5432/k3stack"
-    assert doc["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] == "pw"
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("K3STACK_TOOLS__API_KEY", "", "K3STACK_TOOLS__API_KEY is empty"),
+        ("K3STACK_TOOLS__API_KEY", "change-me-tools", "K3STACK_TOOLS__API_KEY is a default"),
+        ("K3STACK_MODEL__API_KEY", "short", "K3STACK_MODEL__API_KEY is shorter"),
+        ("K3STACK_OBJECT_STORE_SECRET_KEY", "minioadmin", "K3STACK_OBJECT_STORE_SECRET_KEY is a"),
+    ],
+)
+def test_compose_refuses_weak_credentials(
+    compose: dict[str, Any],
+    clean_k3stack_env: pytest.MonkeyPatch,
+    tmp_path: Path,
+    var: str,
+    value: str,
+    message: str,
+) -> None:
+    s = load_service(compose, "tools", {**DOTENV, var: value}, tmp_path)
+    with pytest.raises(SettingsError, match=message):
+        check_deployed(s, "tools")
 
 
-def test_minio_credentials_match_the_object_store_settings(compose: dict[str, Any]) -> None:
+def test_each_container_gets_only_its_secrets(compose: dict[str, Any]) -> None:
+    def sources(name: str) -> set[str]:
+        return {
+            r if isinstance(r, str) else r["source"] for r in compose["services"][name]["secrets"]
+        }
+
+    assert sources("sandbox") == {"sandbox_api_key"}
+    assert sources("orchestrator") >= {f"{s}_api_key" for s in SERVICE_NAMES}
+    assert sources("tools") == {
+        "tools_api_key",
+        "model_api_key",
+        "database_url",
+        "broker_url",
+        "result_backend",
+        "object_store_secret_key",
+    }
+    assert sources("postgres") == {"postgres_password"}
+    assert sources("minio") == {"minio_root_password"}
+    for name in _k3stack_services(compose):
+        assert not sources(name) & {"minio_root_password", "postgres_password", "redis_password"}
+
+
+def test_services_use_a_bucket_scoped_minio_user_not_root(compose: dict[str, Any]) -> None:
     env = compose["services"]["tools"]["environment"]
-    for svc in ("minio", "minio-init"):
-        minio = compose["services"][svc]["environment"]
-        assert minio["MINIO_ROOT_USER"] == env["K3STACK_OBJECT_STORE_ACCESS_KEY"]
-        assert minio["MINIO_ROOT_PASSWORD"] == env["K3STACK_OBJECT_STORE_SECRET_KEY"]
-    assert len(env["K3STACK_OBJECT_STORE_SECRET_KEY"]) >= 8  # MinIO refuses shorter
-    assert (
-        compose["services"]["minio-init"]["environment"]["BUCKET"]
-        == (env["K3STACK_OBJECT_STORE_BUCKET"])
-    )
+    minio = compose["services"]["minio"]["environment"]
+    assert env["K3STACK_OBJECT_STORE_ACCESS_KEY"] == "k3stack-app" != minio["MINIO_ROOT_USER"]
+    init = compose["services"]["minio-init"]
+    assert init["environment"]["APP_ACCESS_KEY"] == env["K3STACK_OBJECT_STORE_ACCESS_KEY"]
+    assert init["environment"]["BUCKET"] == env["K3STACK_OBJECT_STORE_BUCKET"]
+    script = init["command"][0]
+    assert 'mc admin user add k3stack "$APP_ACCESS_KEY"' in script
+    template = re.search(r"printf '([^']+)' \"\$BUCKET\" \"\$BUCKET\"", script)[1]
+    policy = json.loads(template.replace("%s", init["environment"]["BUCKET"]))
+    resources = {r for st in policy["Statement"] for r in st["Resource"]}
+    assert resources == {"arn:aws:s3:::k3stack", "arn:aws:s3:::k3stack/*"}
 
 
 # ---- sandbox and hardening -----------------------------------------------------------------------
 
 
-def test_sandbox_gets_kvm_without_privileged(compose: dict[str, Any]) -> None:
-    for name in ("sandbox", "sandbox-worker"):
-        svc = compose["services"][name]
-        assert "/dev/kvm:/dev/kvm" in svc["devices"], name
-        assert not svc.get("privileged"), name
-        assert "cap_add" not in svc, name  # KVM needs the device node only
-        assert "sandbox-data:/var/lib/k3stack" in svc["volumes"]
-        assert svc["shm_size"]
-    assert (
-        compose["services"]["sandbox"]["volumes"]
-        == compose["services"]["sandbox-worker"]["volumes"]
-    )
-    others = [n for n in compose["services"] if not n.startswith("sandbox")]
+def test_sandbox_gets_kvm_without_privileges_and_no_route_to_the_stores(
+    compose: dict[str, Any],
+) -> None:
+    sandbox = compose["services"]["sandbox"]
+    assert "/dev/kvm:/dev/kvm" in sandbox["devices"]
+    assert not sandbox.get("privileged") and "cap_add" not in sandbox
+    assert sandbox["cap_drop"] == ["ALL"]
+    assert "sandbox-data:/var/lib/k3stack" in sandbox["volumes"]
+    assert any(v.startswith("sandbox-cache:/var/cache/k3stack") for v in sandbox["volumes"])
+    assert sandbox["shm_size"]
+    others = [n for n in compose["services"] if n != "sandbox"]
     assert all("devices" not in compose["services"][n] for n in others)
+    # Networks: the stores live on an internal network the sandbox is not on.
+    assert compose["networks"]["stores"]["internal"] is True
+    assert sandbox["networks"] == ["api"]
+    for store in STORES:
+        assert compose["services"][store]["networks"] == ["stores"], store
+    for name in _k3stack_services(compose):
+        if name != "sandbox":
+            assert set(compose["services"][name]["networks"]) == {"api", "stores"}, name
 
 
-def test_unprivileged_services_drop_capabilities(compose: dict[str, Any]) -> None:
+def test_every_k3stack_container_drops_capabilities(compose: dict[str, Any]) -> None:
     for name, svc in _k3stack_services(compose).items():
         assert "no-new-privileges:true" in svc["security_opt"], name
-        if not name.startswith("sandbox"):
-            assert svc["cap_drop"] == ["ALL"], name
+        assert svc["cap_drop"] == ["ALL"], name

@@ -1,8 +1,9 @@
-"""services/*/Dockerfile and .dockerignore, checked without a Docker engine.
+"""The root Dockerfile (one target per service) and .dockerignore, checked without a Docker engine.
 
-The Dockerfiles are parsed into instructions; the .dockerignore rules are applied the way the
-Docker builder applies them (last matching rule wins, `!` re-includes); and the HEALTHCHECK
-command baked into the images is run against a live service.
+The Dockerfile is parsed into stages of instructions; its requirement-file step is run for real
+with /bin/sh; the .dockerignore rules are applied the way the Docker builder applies them (last
+matching rule wins, `!` re-includes); and the HEALTHCHECK command baked into the images is run
+against a live service.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -23,19 +25,20 @@ import pytest
 from shared.settings import SERVICE_NAMES, Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO_ROOT / "Dockerfile"
 DEFAULT_PORTS = {name: Settings.model_fields[name].default_factory().port for name in SERVICE_NAMES}
 BASE_IMAGE = "python:3.11-slim-bookworm"
 
 
-def instructions(name: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
     lines: list[tuple[str, str]] = []
     pending = ""
-    for raw in (REPO_ROOT / "services" / name / "Dockerfile").read_text().splitlines():
+    for raw in DOCKERFILE.read_text().splitlines():
         stripped = raw.strip()
-        if not pending and (not stripped or stripped.startswith("#")):
-            continue
         if stripped.startswith("#"):
+            continue
+        if not pending and not stripped:
             continue
         if stripped.endswith("\\"):
             pending += stripped[:-1] + " "
@@ -54,14 +57,24 @@ def exec_form(args: str) -> list[str]:
     return value
 
 
-def stages(name: str) -> list[list[tuple[str, str]]]:
-    result: list[list[tuple[str, str]]] = []
-    for keyword, args in instructions(name):
+def stages() -> dict[str, list[tuple[str, str]]]:
+    """Instructions of each named stage (``FROM x AS name``), in order."""
+    result: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for keyword, args in instructions():
         if keyword == "FROM":
-            result.append([])
-        if result:
-            result[-1].append((keyword, args))
+            source, _, name = args.partition(" AS ")
+            assert name, f"unnamed stage FROM {args}"
+            current = result.setdefault(name.strip(), [])
+            current.append((keyword, source.strip()))
+            continue
+        if current is not None:
+            current.append((keyword, args))
     return result
+
+
+def stage_args(stage: list[tuple[str, str]]) -> dict[str, str]:
+    return dict(a.split("=", 1) for k, a in stage if k == "ARG" and "=" in a)
 
 
 @pytest.fixture(params=SERVICE_NAMES)
@@ -69,29 +82,67 @@ def service(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def test_extras_used_by_dockerfiles_exist_in_pyproject(service: str) -> None:
-    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    assert service in pyproject["project"]["optional-dependencies"]
-    runs = [a for k, a in instructions(service) if k == "RUN"]
-    assert any("pip wheel --wheel-dir /wheels" in r and f'".[{service}]"' in r for r in runs)
-    assert any(
-        f'pip install --no-index --find-links /wheels "k3stack[{service}]"' in r for r in runs
-    )
-
-
-def test_multi_stage_on_the_slim_python_image(service: str) -> None:
-    args = dict(a.split("=", 1) for k, a in instructions(service) if k == "ARG" and "=" in a)
+def test_one_dockerfile_with_a_target_per_service() -> None:
+    assert [p.relative_to(REPO_ROOT) for p in REPO_ROOT.glob("services/*/Dockerfile")] == []
+    st = stages()
+    for svc in SERVICE_NAMES:
+        assert st[svc][0] == ("FROM", "base"), svc
+        assert st[f"deps-{svc}"][0] == ("FROM", "deps"), svc
+    args = dict(a.split("=", 1) for k, a in instructions() if k == "ARG" and "=" in a)
     assert args["PYTHON_IMAGE"] == BASE_IMAGE
-    froms = [a for k, a in instructions(service) if k == "FROM"]
-    assert froms == ["${PYTHON_IMAGE} AS builder", "${PYTHON_IMAGE} AS runtime"]
-    runtime = stages(service)[-1]
-    # The runtime stage takes the builder's wheels through a bind mount, never its sources.
-    assert not any(k == "COPY" for k, _ in runtime)
-    assert any("--mount=type=bind,from=builder" in a for k, a in runtime if k == "RUN")
+    for name in ("deps", "code", "base"):
+        assert st[name][0] == ("FROM", "${PYTHON_IMAGE}")
+
+
+def test_dependency_layers_come_before_code_layers(service: str) -> None:
+    st = stages()
+    # The dependency stages see pyproject.toml only: a code change leaves them cached.
+    deps_copies = [a for k, a in st["deps"] if k == "COPY"]
+    assert deps_copies == ["pyproject.toml ./"]
+    assert not any(k == "COPY" for k, _ in st[f"deps-{service}"])
+    runs = [a for k, a in st[service] if k == "RUN"]
+    deps_run = next(i for i, r in enumerate(runs) if f"from=deps-{service}," in r)
+    code_run = next(i for i, r in enumerate(runs) if "from=code," in r)
+    assert deps_run < code_run
+    assert "pip install --no-index --find-links /wheels" in runs[deps_run]
+    assert "pip install --no-index --no-deps /code/*.whl" in runs[code_run]
+    # Wheels arrive through bind mounts, never a COPY layer.
+    assert not any(k == "COPY" for k, _ in st[service])
+    assert any(
+        f"-r requirements-{service}.txt" in a for k, a in st[f"deps-{service}"] if k == "RUN"
+    )
+    code_runs = " ".join(a for k, a in st["code"] if k == "RUN")
+    assert "pip wheel --no-deps --wheel-dir /code ." in code_runs
+
+
+def test_requirement_files_are_the_extras_of_pyproject(tmp_path: Path) -> None:
+    """The deps stage's RUN, run with /bin/sh as the builder would, writes what pyproject says."""
+    (tmp_path / "pyproject.toml").write_bytes((REPO_ROOT / "pyproject.toml").read_bytes())
+    run = next(a for k, a in stages()["deps"] if k == "RUN")
+    subprocess.run(
+        ["/bin/sh", "-c", run.replace("python ", f"{sys.executable} ", 1)],
+        cwd=tmp_path,
+        check=True,
+        timeout=60,
+    )
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    for svc in SERVICE_NAMES:
+        lines = (tmp_path / f"requirements-{svc}.txt").read_text().splitlines()
+        assert lines == project["dependencies"] + project["optional-dependencies"][svc]
+    assert "torch==2.13.0" in (tmp_path / "requirements-model.txt").read_text().splitlines()
+
+
+def test_torch_is_the_cpu_build_unless_asked_for_cuda() -> None:
+    model = stages()["deps-model"]
+    assert stage_args(model)["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    run = " ".join(a for k, a in model if k == "RUN")
+    assert '${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"}' in run
+    others = " ".join(a for s in SERVICE_NAMES if s != "model" for _, a in stages()[f"deps-{s}"])
+    assert "TORCH" not in others
 
 
 def test_port_command_and_healthcheck(service: str) -> None:
-    ins = instructions(service)
+    ins = stages()[service]
     port = DEFAULT_PORTS[service]
     assert ("EXPOSE", str(port)) in ins
     cmd = [exec_form(a) for k, a in ins if k == "CMD"]
@@ -99,40 +150,46 @@ def test_port_command_and_healthcheck(service: str) -> None:
     health = [a for k, a in ins if k == "HEALTHCHECK"]
     assert len(health) == 1
     check = exec_form(health[0].split(" CMD ", 1)[1])
-    assert check[:2] == ["python", "-c"] and "/health" in check[2]
+    assert check[:2] == ["python", "-c"] and "/health/live" in check[2]
     assert f"K3STACK_{service.upper()}__PORT" in check[2] and f"'{port}'" in check[2]
     env = " ".join(a for k, a in ins if k == "ENV")
     assert f"K3STACK_{service.upper()}__HOST=0.0.0.0" in env
     assert f"K3STACK_{service.upper()}__PORT={port}" in env
-    assert "K3STACK_DATA_DIR=/var/lib/k3stack" in env
+    base_env = " ".join(a for k, a in stages()["base"] if k == "ENV")
+    assert "K3STACK_DATA_DIR=/var/lib/k3stack" in base_env
+    assert "K3STACK_MODE=deployed" in base_env
 
 
 def test_user_is_unprivileged_except_the_sandbox(service: str) -> None:
-    runtime = stages(service)[-1]
+    runtime = stages()[service]
     users = [a for k, a in runtime if k == "USER"]
+    base_runs = " ".join(a for k, a in stages()["base"] if k == "RUN")
+    assert "useradd --system --uid 10001" in base_runs
     if service == "sandbox":
         assert users == []  # root: QEMU opens /dev/kvm
         # The host packages and the guest kernel come from the same setup script a developer
         # machine runs, bound into the build (no COPY layer).
         runs = " ".join(a for k, a in runtime if k == "RUN")
         assert "source=scripts/setup_sandbox.sh" in runs and "bash /tmp/setup_sandbox.sh" in runs
+        env = " ".join(a for k, a in runtime if k == "ENV")
+        assert "K3STACK_SANDBOX__CACHE_DIR=/var/cache/k3stack" in env
+        # Root without capabilities (cap_drop ALL) writes only what root owns.
+        assert "chown root:root /var/lib/k3stack" in runs
         script = (REPO_ROOT / "scripts/setup_sandbox.sh").read_text()
         packages = script.split("PKGS=(", 1)[1].split(")", 1)[0].split()
         for package in ("qemu-system-x86", "busybox-static", "cpio", "gcc"):
             assert package in packages
     else:
         assert users == ["10001:10001"]
-        runs = " ".join(a for k, a in runtime if k == "RUN")
-        assert "useradd --system --uid 10001" in runs
     if service == "verifier":
         args = " ".join(a for k, a in runtime if k == "ARG")
         assert "chromium" in args
 
 
-def test_copied_sources_exist(service: str) -> None:
-    for keyword, args in instructions(service):
-        if keyword != "COPY" or args.startswith("--from"):
-            continue
+def test_copied_sources_exist() -> None:
+    copies = [a for k, a in instructions() if k == "COPY" and not a.startswith("--from")]
+    assert copies
+    for args in copies:
         *sources, _dest = shlex.split(args)
         for source in sources:
             matches = list(REPO_ROOT.glob(source))
@@ -141,6 +198,9 @@ def test_copied_sources_exist(service: str) -> None:
             for match in matches:
                 rel = match.relative_to(REPO_ROOT).as_posix()
                 assert included_in_context(rel), f"{rel} is copied but .dockerignore'd"
+    binds = re.findall(r"--mount=type=bind,source=([^,\s]+)", DOCKERFILE.read_text())
+    for source in binds:
+        assert (REPO_ROOT / source).is_file() and included_in_context(source), source
 
 
 # ---- .dockerignore -------------------------------------------------------------------------------
@@ -220,7 +280,7 @@ def _free_port() -> int:
 
 
 def _healthcheck_command(service: str) -> list[str]:
-    health = next(a for k, a in instructions(service) if k == "HEALTHCHECK")
+    health = next(a for k, a in stages()[service] if k == "HEALTHCHECK")
     return exec_form(health.split(" CMD ", 1)[1])
 
 
@@ -229,7 +289,7 @@ def test_image_healthcheck_command_against_a_live_service(tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if not k.startswith("K3STACK_")}
     env |= {
         "K3STACK_DATA_DIR": str(tmp_path),
-        "K3STACK_MODE": "deployed",
+        "K3STACK_MODE": "local",  # deployed-mode start-up refusals: tests/deploy/test_refusals.py
         "K3STACK_TOOLS__PORT": str(port),
         "K3STACK_DATABASE_URL": f"sqlite:///{tmp_path / 'k3stack.db'}",
     }
@@ -244,13 +304,14 @@ def test_image_healthcheck_command_against_a_live_service(tmp_path: Path) -> Non
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while True:
             result = subprocess.run(check, env=env, capture_output=True, timeout=20)
             if result.returncode == 0:
                 break
             if server.poll() is not None or time.monotonic() > deadline:
-                out = server.stdout.read().decode() if server.stdout else ""
+                server.terminate()
+                out = server.communicate(timeout=10)[0].decode()
                 pytest.fail(f"service never became healthy:\n{out}\n{result.stderr.decode()}")
             time.sleep(0.3)
     finally:

@@ -1,12 +1,18 @@
-"""helm/k3stack: renders offline (helm-python-sdk, Helm's own Go engine) for the default values
-and every file in values-variants/, every manifest validates against the Kubernetes 1.33 API
-schemas (strict: unknown fields fail), and the rendered objects say what the platform needs.
+"""helm/k3stack: renders offline (helm-python-sdk, Helm's own Go engine, i.e. `helm template`:
+no cluster, `lookup` empty) for the default values and every file in values-variants/, every
+manifest validates against the Kubernetes 1.33 API schemas (strict: unknown fields fail; the
+KEDA and Prometheus Operator objects, whose CRDs those schemas lack, are checked field by field),
+and the rendered objects say what the platform needs. Security properties (secrets, fences) are
+in test_helm_security.py.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import json
+import re
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +22,13 @@ import yaml
 from helm_python import Chart, HelmError, lint
 
 from shared.queue import worker_argv
-from shared.settings import SERVICE_NAMES, Settings, load_settings, settings_table
+from shared.settings import (
+    SERVICE_NAMES,
+    Settings,
+    check_deployed,
+    load_settings,
+    settings_table,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "helm" / "k3stack"
@@ -27,6 +39,8 @@ NAMESPACE = "agents"
 FULLNAME = f"{RELEASE}-k3stack"
 DEFAULT_PORTS = {name: Settings.model_fields[name].default_factory().port for name in SERVICE_NAMES}
 VARIANTS = ["default", *sorted(p.stem for p in VARIANTS_DIR.glob("*.yaml"))]
+WORKER_SERVICES = [s for s in SERVICE_NAMES if s != "sandbox"]  # the sandbox has no worker
+CRD_KINDS = {"ServiceMonitor", "ScaledObject", "TriggerAuthentication"}
 
 
 @functools.cache
@@ -40,9 +54,9 @@ def variant_values(variant: str) -> dict[str, Any]:
     return yaml.safe_load((VARIANTS_DIR / f"{variant}.yaml").read_text()) or {}
 
 
-def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def render(values: dict[str, Any] | None = None, **opts: Any) -> list[dict[str, Any]]:
     """Every manifest of a render, as dicts (NOTES.txt and empty documents left out)."""
-    files = _chart().render(values=values or {}, name=RELEASE, namespace=NAMESPACE)
+    files = _chart().render(values=values or {}, name=RELEASE, namespace=NAMESPACE, **opts)
     docs: list[dict[str, Any]] = []
     for path, text in sorted(files.items()):
         if path.endswith("NOTES.txt"):
@@ -68,19 +82,40 @@ def one(docs: Any, kind: str, name: str) -> dict[str, Any]:
     return found[0]
 
 
-def secret_data(docs: Any) -> dict[str, str]:
-    secret = one(docs, "Secret", FULLNAME)
-    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+def workloads(docs: Any) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet", "Job")]
+
+
+def containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    pod = workload["spec"]["template"]["spec"]
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def fake_secret_value(key: str) -> str:
+    """What a generated Secret would hold for ``key`` (URL-safe, long, not a placeholder)."""
+    return f"gen{abs(hash(key)) % 10**12:012d}abcdef{key.lower()[:6]}"
 
 
 def pod_env(docs: Any, deployment: dict[str, Any]) -> dict[str, str]:
-    """The environment a Deployment's first container gets from its envFrom sources."""
+    """The environment a Deployment's first container gets: its ConfigMap, then its env entries
+    with each secretKeyRef filled with a generated-looking value and $(VAR) expanded, as the
+    kubelet does."""
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
     env: dict[str, str] = {}
-    for source in deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"]:
-        if "configMapRef" in source:
-            env.update(one(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
+    for source in container.get("envFrom", []):
+        env.update(one(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
+    generated = find(docs, "Job", f"{FULLNAME}-secretgen")
+    spec = secretgen_spec(docs)["secrets"] if generated else {}
+    explicit = explicit_credentials(docs) if generated else {}
+    for entry in container.get("env", []):
+        if "valueFrom" in entry:
+            ref = entry["valueFrom"]["secretKeyRef"]
+            value_id = spec.get(ref["name"], {}).get(ref["key"])
+            env[entry["name"]] = explicit.get(value_id) or fake_secret_value(ref["key"])
         else:
-            env.update(secret_data(docs) if find(docs, "Secret") else {})
+            env[entry["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), entry["value"]
+            )
     return env
 
 
@@ -104,6 +139,8 @@ def test_variants_exist() -> None:
 def test_every_manifest_validates_against_kubernetes(docs: tuple[dict[str, Any], ...]) -> None:
     assert len(docs) > 20
     for doc in docs:
+        if doc["kind"] in CRD_KINDS:
+            continue  # no CRD schemas in kubernetes-validate: test_crd_objects_are_well_formed
         where = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
         try:
             kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
@@ -141,18 +178,23 @@ def test_helm_lint_is_clean(variant: str) -> None:
 def test_every_service_and_worker_has_a_deployment(docs: tuple[dict[str, Any], ...]) -> None:
     for svc in SERVICE_NAMES:
         api = one(docs, "Deployment", f"{FULLNAME}-{svc}")
-        worker = one(docs, "Deployment", f"{FULLNAME}-{svc}-worker")
         one(docs, "Service", f"{FULLNAME}-{svc}")
         one(docs, "ConfigMap", f"{FULLNAME}-{svc}")
         api_c = api["spec"]["template"]["spec"]["containers"][0]
-        worker_c = worker["spec"]["template"]["spec"]["containers"][0]
-        assert api_c["image"] == worker_c["image"] == f"k3stack/{svc}:0.1.0"
+        assert api_c["image"] == f"k3stack/{svc}:0.1.0"
         assert api_c["args"] == ["python", "-m", f"services.{svc}"]
-    assert len(find(docs, "Deployment")) == 2 * len(SERVICE_NAMES)
+    for svc in WORKER_SERVICES:
+        worker = one(docs, "Deployment", f"{FULLNAME}-{svc}-worker")
+        assert worker["spec"]["template"]["spec"]["containers"][0]["image"] == (
+            f"k3stack/{svc}:0.1.0"
+        )
+    # No placeholder sandbox worker (it had a ping task only, privileged with /dev/kvm).
+    assert find(docs, "Deployment", f"{FULLNAME}-sandbox-worker") == []
+    assert len(find(docs, "Deployment")) == len(SERVICE_NAMES) + len(WORKER_SERVICES)
 
 
 def test_workers_run_the_worker_command_of_shared_queue(docs: tuple[dict[str, Any], ...]) -> None:
-    for svc in SERVICE_NAMES:
+    for svc in WORKER_SERVICES:
         worker = one(docs, "Deployment", f"{FULLNAME}-{svc}-worker")
         args = worker["spec"]["template"]["spec"]["containers"][0]["args"]
         expected = ["python", *worker_argv(svc)]
@@ -169,8 +211,10 @@ def test_probes_hit_health_on_the_service_port(docs: tuple[dict[str, Any], ...])
         assert container["ports"] == [
             {"name": "http", "containerPort": DEFAULT_PORTS[svc], "protocol": "TCP"}
         ]
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
+        for probe in ("startupProbe", "livenessProbe"):
+            assert container[probe]["httpGet"] == {"path": "/health/live", "port": "http"}, probe
+        # Readiness follows the dependencies (503 while the database is down).
+        assert container["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": "http"}
         service = one(docs, "Service", f"{FULLNAME}-{svc}")
         assert service["spec"]["ports"][0]["port"] == DEFAULT_PORTS[svc]
         assert service["spec"]["ports"][0]["targetPort"] == "http"
@@ -191,38 +235,42 @@ def test_services_select_their_api_pods_only(docs: tuple[dict[str, Any], ...]) -
 def test_pods_reference_existing_configs_secrets_and_volumes(
     variant: str, docs: tuple[dict[str, Any], ...]
 ) -> None:
-    secret_name = variant_values(variant).get("secrets", {}).get("existingSecret") or FULLNAME
+    existing = variant_values(variant).get("secrets", {}).get("existingSecret")
+    generated = {} if existing else secretgen_spec(docs)["secrets"]
     configmaps = {d["metadata"]["name"] for d in find(docs, "ConfigMap")}
     claims = {d["metadata"]["name"] for d in find(docs, "PersistentVolumeClaim")}
-    for workload in find(docs, "Deployment") + find(docs, "StatefulSet") + find(docs, "Job"):
+    rendered_secrets = {d["metadata"]["name"] for d in find(docs, "Secret")}
+    for workload in workloads(docs):
         pod = workload["spec"]["template"]["spec"]
         templates = {
             t["metadata"]["name"] for t in workload["spec"].get("volumeClaimTemplates", [])
         }
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        for container in pod["containers"]:
+        for container in containers(workload):
             for mount in container.get("volumeMounts", []):
                 assert mount["name"] in volumes or mount["name"] in templates
             for source in container.get("envFrom", []):
-                if "configMapRef" in source:
-                    assert source["configMapRef"]["name"] in configmaps
-                else:
-                    assert source["secretRef"]["name"] == secret_name
+                assert set(source) == {"configMapRef"}  # never a whole Secret
+                assert source["configMapRef"]["name"] in configmaps
             for env in container.get("env", []):
                 ref = env.get("valueFrom", {}).get("secretKeyRef")
-                if ref:
-                    assert ref["name"] == secret_name
+                if not ref:
+                    continue
+                if existing:
+                    assert ref["name"] == existing
+                else:  # a Secret the secretgen hook makes, holding that key
+                    assert ref["key"] in generated[ref["name"]], (ref, workload["metadata"])
         for volume in volumes.values():
             if "persistentVolumeClaim" in volume:
                 assert volume["persistentVolumeClaim"]["claimName"] in claims
+            if "secret" in volume:
+                assert volume["secret"]["secretName"] in rendered_secrets
 
 
 def test_api_and_worker_pods_are_locked_down_except_the_sandbox(
     docs: tuple[dict[str, Any], ...],
 ) -> None:
-    for svc in SERVICE_NAMES:
-        if svc == "sandbox":
-            continue
+    for svc in WORKER_SERVICES:
         for name in (f"{FULLNAME}-{svc}", f"{FULLNAME}-{svc}-worker"):
             pod = one(docs, "Deployment", name)["spec"]["template"]["spec"]
             assert pod["securityContext"]["runAsNonRoot"] is True
@@ -238,90 +286,123 @@ def test_api_and_worker_pods_are_locked_down_except_the_sandbox(
 # ---- sandbox and KVM -----------------------------------------------------------------------------
 
 
-def _sandbox_pods(docs: Any) -> list[dict[str, Any]]:
-    return [
-        one(docs, "Deployment", name)["spec"]["template"]["spec"]
-        for name in (f"{FULLNAME}-sandbox", f"{FULLNAME}-sandbox-worker")
-    ]
+def _sandbox_pod(docs: Any) -> dict[str, Any]:
+    return one(docs, "Deployment", f"{FULLNAME}-sandbox")["spec"]["template"]["spec"]
 
 
-def test_sandbox_pods_get_kvm_by_default() -> None:
-    for pod in _sandbox_pods(_render_variant("default")):
-        assert pod["nodeSelector"] == {"k3stack.io/kvm": "true"}
-        kvm = [v for v in pod["volumes"] if v["name"] == "kvm"]
-        assert kvm == [{"name": "kvm", "hostPath": {"path": "/dev/kvm", "type": "CharDevice"}}]
-        container = pod["containers"][0]
-        assert {"name": "kvm", "mountPath": "/dev/kvm"} in container["volumeMounts"]
-        # A hostPath device node is outside the device cgroup unless the container is privileged.
-        assert container["securityContext"] == {"privileged": True}
-        assert pod["securityContext"]["runAsUser"] == 0
-        shm = [v for v in pod["volumes"] if v["name"] == "dshm"]
-        assert shm and shm[0]["emptyDir"]["medium"] == "Memory"
+def test_sandbox_gets_kvm_from_the_device_plugin_unprivileged_by_default() -> None:
+    pod = _sandbox_pod(_render_variant("default"))
+    assert pod["nodeSelector"] == {"k3stack.io/kvm": "true"}
+    assert all(v["name"] != "kvm" for v in pod["volumes"])  # no hostPath device
+    container = pod["containers"][0]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    for part in ("requests", "limits"):
+        assert container["resources"][part]["devices.kubevirt.io/kvm"] == "1"
+    assert pod["securityContext"]["runAsUser"] == 0  # QEMU; no capability though
+    shm = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    assert shm and shm[0]["emptyDir"]["medium"] == "Memory"
+
+
+def test_privileged_hostpath_is_only_the_documented_fallback() -> None:
+    pod = _sandbox_pod(_render_variant("kvm-privileged-hostpath"))
+    kvm = [v for v in pod["volumes"] if v["name"] == "kvm"]
+    assert kvm == [{"name": "kvm", "hostPath": {"path": "/dev/kvm", "type": "CharDevice"}}]
+    container = pod["containers"][0]
+    assert {"name": "kvm", "mountPath": "/dev/kvm"} in container["volumeMounts"]
+    # A hostPath device node is outside the device cgroup unless the container is privileged.
+    assert container["securityContext"] == {"privileged": True}
+    assert "devices.kubevirt.io/kvm" not in container["resources"]["limits"]
+    assert "privileged" in (VARIANTS_DIR / "kvm-privileged-hostpath.yaml").read_text()
+
+
+def test_sandbox_cache_is_a_volume_seeded_from_the_image() -> None:
+    docs = _render_variant("default")
+    pod = _sandbox_pod(docs)
+    cache = next(v for v in pod["volumes"] if v["name"] == "cache")
+    assert cache["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-sandbox-cache"
+    one(docs, "PersistentVolumeClaim", f"{FULLNAME}-sandbox-cache")
+    assert {"name": "cache", "mountPath": "/var/cache/k3stack"} in (
+        pod["containers"][0]["volumeMounts"]
+    )
+    (seed,) = pod["initContainers"]
+    assert seed["image"] == pod["containers"][0]["image"]
+    assert seed["volumeMounts"] == [{"name": "cache", "mountPath": "/seed"}]
+    assert "cp -a /var/cache/k3stack/kernel /seed/" in seed["command"][-1]
+    config = one(docs, "ConfigMap", f"{FULLNAME}-sandbox")["data"]
+    assert config["K3STACK_SANDBOX__CACHE_DIR"] == "/var/cache/k3stack"
+    minimal = _sandbox_pod(_render_variant("minimal"))
+    assert next(v for v in minimal["volumes"] if v["name"] == "cache") == {
+        "name": "cache",
+        "emptyDir": {},
+    }
 
 
 def test_kvm_label_is_merged_with_user_node_selector() -> None:
     docs = render({"services": {"sandbox": {"nodeSelector": {"pool": "vm"}}}})
-    for pod in _sandbox_pods(docs):
-        assert pod["nodeSelector"] == {"pool": "vm", "k3stack.io/kvm": "true"}
+    assert _sandbox_pod(docs)["nodeSelector"] == {"pool": "vm", "k3stack.io/kvm": "true"}
     # Other services do not land on KVM nodes because of it.
     model = one(docs, "Deployment", f"{FULLNAME}-model")["spec"]["template"]["spec"]
     assert "nodeSelector" not in model
 
 
 def test_minimal_variant_runs_sandboxes_without_kvm() -> None:
-    for pod in _sandbox_pods(_render_variant("minimal")):
-        assert "nodeSelector" not in pod
-        assert all(v["name"] != "kvm" for v in pod["volumes"])
-        assert pod["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False}
+    pod = _sandbox_pod(_render_variant("minimal"))
+    assert "nodeSelector" not in pod
+    assert all(v["name"] != "kvm" for v in pod["volumes"])
+    container = pod["containers"][0]
+    assert not container["securityContext"].get("privileged")
+    assert "devices.kubevirt.io/kvm" not in container["resources"]["limits"]
     assert find(_render_variant("minimal"), "StatefulSet")  # infra still in-chart
     for sts in find(_render_variant("minimal"), "StatefulSet"):
         assert "volumeClaimTemplates" not in sts["spec"]
 
 
-def test_device_plugin_variant_is_unprivileged_and_requests_the_device() -> None:
-    for pod in _sandbox_pods(_render_variant("kvm-device-plugin")):
-        container = pod["containers"][0]
-        assert not container["securityContext"].get("privileged")
-        assert pod["nodeSelector"] == {"k3stack.io/kvm": "true"}
-        assert all(v["name"] != "kvm" for v in pod["volumes"])
-    api = _sandbox_pods(_render_variant("kvm-device-plugin"))[0]["containers"][0]
-    assert api["resources"]["limits"]["devices.kubevirt.io/kvm"] == "1"
+# ---- settings and credentials --------------------------------------------------------------------
 
 
-# ---- settings and secrets ------------------------------------------------------------------------
+def secretgen_spec(docs: Any) -> dict[str, Any]:
+    """The spec the secretgen hook Job is started with (which Secret holds which keys)."""
+    job = one(docs, "Job", f"{FULLNAME}-secretgen")
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    return json.loads(args[args.index("--spec") + 1])
+
+
+def explicit_credentials(docs: Any) -> dict[str, str]:
+    """The values-set credentials the hook Job reads (its input Secret)."""
+    secret = one(docs, "Secret", f"{FULLNAME}-secretgen-input")
+    return json.loads(base64.b64decode(secret["data"]["values.json"]))
 
 
 def test_k3stack_variables_are_real_settings(docs: tuple[dict[str, Any], ...]) -> None:
     valid = {var for var, _d, _m in settings_table()}
     names = {k for cm in find(docs, "ConfigMap") for k in cm["data"]}
-    if find(docs, "Secret"):
-        names |= set(secret_data(docs))
+    for workload in workloads(docs):
+        names |= {e["name"] for c in containers(workload) for e in c.get("env", [])}
     k3stack_names = {n for n in names if n.startswith("K3STACK_")}
     assert len(k3stack_names) > 15
     assert k3stack_names - valid == set()
 
 
-def test_pod_environment_loads_as_deployed_settings(
+def test_pod_environment_passes_the_deployed_mode_checks(
     variant: str, docs: tuple[dict[str, Any], ...], clean_k3stack_env: pytest.MonkeyPatch
 ) -> None:
-    if variant == "existing-secret":
-        # No Secret is rendered; every pod reads the user's own one instead.
-        assert find(docs, "Secret") == []
-        for svc in SERVICE_NAMES:
-            deployment = one(docs, "Deployment", f"{FULLNAME}-{svc}")
-            refs = [
-                s["secretRef"]["name"]
-                for s in deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"]
-                if "secretRef" in s
-            ]
-            assert refs == ["k3stack-credentials"], (svc, refs)
-        return
-    for svc in SERVICE_NAMES:
-        deployment = one(docs, "Deployment", f"{FULLNAME}-{svc}")
+    """Every API and worker pod's environment (ConfigMap + its Secret's keys, as generated)
+    loads as deployed settings that the start-up refusals accept."""
+    deployments = [one(docs, "Deployment", f"{FULLNAME}-{svc}") for svc in SERVICE_NAMES]
+    deployments += [one(docs, "Deployment", f"{FULLNAME}-{svc}-worker") for svc in WORKER_SERVICES]
+    for deployment in deployments:
+        svc = deployment["metadata"]["labels"]["app.kubernetes.io/component"].removesuffix(
+            "-worker"
+        )
         with pytest.MonkeyPatch.context() as mp:
             for key, value in pod_env(docs, deployment).items():
                 mp.setenv(key, value)
             s = load_settings()
+        check_deployed(s, svc)  # raises naming the variable if anything is missing or weak
         assert s.mode == "deployed" and s.auth_enabled
         section = s.service(svc)
         assert (section.host, section.port) == ("0.0.0.0", DEFAULT_PORTS[svc])
@@ -329,22 +410,59 @@ def test_pod_environment_loads_as_deployed_settings(
             assert s.service(other).base_url == (
                 f"http://{FULLNAME}-{other}:{DEFAULT_PORTS[other]}"
             )
-            assert s.service(other).api_key
-        assert s.database_url.startswith("postgresql+psycopg://")
-        assert s.broker_url.startswith(("redis://", "rediss://"))
-        assert s.object_store_access_key and s.object_store_secret_key
+        if svc == "sandbox":  # fenced off the stores: its own files on its data volume
+            assert s.database_url == "sqlite:////var/lib/k3stack/sandbox.db"
+            assert s.object_store_url == "file:///var/lib/k3stack/objects"
+            assert s.object_store_secret_key is None
+        else:
+            assert s.database_url.startswith("postgresql+psycopg://")
+            assert s.broker_url.startswith(("redis://", "rediss://"))
+            assert s.object_store_access_key and s.object_store_secret_key
+
+
+def test_each_pod_gets_only_its_own_keys() -> None:
+    docs = _render_variant("default")
+    keys = {
+        name.removeprefix(f"{FULLNAME}-"): set(k)
+        for name, k in secretgen_spec(docs)["secrets"].items()
+    }
+    api = {svc: f"K3STACK_{svc.upper()}__API_KEY" for svc in SERVICE_NAMES}
+    assert keys["sandbox"] == {api["sandbox"]}  # no store credentials, no other key
+    assert keys["orchestrator"] >= set(api.values())
+    assert keys["tools"] == {
+        api["tools"],
+        api["model"],
+        "POSTGRES_PASSWORD",
+        "REDIS_PASSWORD",
+        "K3STACK_OBJECT_STORE_SECRET_KEY",
+    }
+    assert keys["postgresql"] == {"POSTGRES_PASSWORD"} and keys["redis"] == {"REDIS_PASSWORD"}
+    assert keys["minio"] == {"MINIO_ROOT_PASSWORD"}
+    assert keys["minio-bucket"] == {"MINIO_ROOT_PASSWORD", "K3STACK_OBJECT_STORE_SECRET_KEY"}
+    # A value shared by two Secrets is one value (same id), e.g. the sandbox's key.
+    spec = secretgen_spec(docs)["secrets"]
+    assert (
+        spec[f"{FULLNAME}-sandbox"][api["sandbox"]]
+        == spec[f"{FULLNAME}-orchestrator"][api["sandbox"]]
+    )
+    # And the pods reference exactly those keys.
+    sandbox = one(docs, "Deployment", f"{FULLNAME}-sandbox")["spec"]["template"]["spec"]
+    refs = [e["valueFrom"]["secretKeyRef"] for e in sandbox["containers"][0]["env"]]
+    assert refs == [{"name": f"{FULLNAME}-sandbox", "key": api["sandbox"]}]
 
 
 def test_in_chart_storage_is_wired_by_default() -> None:
     docs = _render_variant("default")
-    data = secret_data(docs)
-    pg_password = data["POSTGRES_PASSWORD"]
-    assert data["K3STACK_DATABASE_URL"] == (
-        f"postgresql+psycopg://k3stack:{pg_password}@{FULLNAME}-postgresql:5432/k3stack"
+    tools = one(docs, "Deployment", f"{FULLNAME}-tools")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in tools["containers"][0]["env"]}
+    assert env["K3STACK_DATABASE_URL"]["value"] == (
+        f"postgresql+psycopg://k3stack:$(POSTGRES_PASSWORD)@{FULLNAME}-postgresql:5432/k3stack"
     )
-    redis_password = data["REDIS_PASSWORD"]
-    assert data["K3STACK_BROKER_URL"] == f"redis://:{redis_password}@{FULLNAME}-redis:6379/0"
-    assert data["K3STACK_RESULT_BACKEND"] == f"redis://:{redis_password}@{FULLNAME}-redis:6379/1"
+    assert env["K3STACK_BROKER_URL"]["value"] == (
+        f"redis://:$(REDIS_PASSWORD)@{FULLNAME}-redis:6379/0"
+    )
+    names = list(env)
+    assert names.index("POSTGRES_PASSWORD") < names.index("K3STACK_DATABASE_URL")  # $(VAR) order
     for name in ("postgresql", "redis", "minio"):
         one(docs, "StatefulSet", f"{FULLNAME}-{name}")
         one(docs, "Service", f"{FULLNAME}-{name}")
@@ -356,23 +474,83 @@ def test_in_chart_storage_is_wired_by_default() -> None:
     assert 'mc mb --ignore-existing "k3stack/$BUCKET"' in script
 
 
+def test_services_use_a_bucket_scoped_minio_user_not_root() -> None:
+    docs = _render_variant("default")
+    minio = one(docs, "StatefulSet", f"{FULLNAME}-minio")["spec"]["template"]["spec"]
+    minio_env = {e["name"]: e for e in minio["containers"][0]["env"]}
+    root_user = minio_env["MINIO_ROOT_USER"]["value"]
+    config = one(docs, "ConfigMap", f"{FULLNAME}-tools")["data"]
+    assert config["K3STACK_OBJECT_STORE_ACCESS_KEY"] == "k3stack-app" != root_user
+    spec = secretgen_spec(docs)["secrets"]
+    # The services' secret key is the app user's, a different value from MinIO's root password.
+    assert (
+        spec[f"{FULLNAME}-tools"]["K3STACK_OBJECT_STORE_SECRET_KEY"]
+        != (spec[f"{FULLNAME}-minio"]["MINIO_ROOT_PASSWORD"])
+    )
+    for svc in SERVICE_NAMES:
+        assert "MINIO_ROOT_PASSWORD" not in spec[f"{FULLNAME}-{svc}"]
+    job = one(docs, "Job", f"{FULLNAME}-minio-bucket")["spec"]["template"]["spec"]
+    container = job["containers"][0]
+    script = container["args"][0]
+    job_env = {e["name"]: e.get("value") for e in container["env"]}
+    assert 'mc admin user add k3stack "$APP_ACCESS_KEY" "$K3STACK_OBJECT_STORE_SECRET_KEY"' in (
+        script
+    )
+    assert 'mc admin policy attach k3stack "$POLICY" --user "$APP_ACCESS_KEY"' in script
+    assert job_env["APP_ACCESS_KEY"] == "k3stack-app"
+    # The policy document the Job writes, filled as its printf fills it: this bucket only.
+    template = re.search(r"printf '([^']+)' \"\$BUCKET\" \"\$BUCKET\"", script)[1]
+    policy = json.loads(template.replace("%s", job_env["BUCKET"]))
+    resources = {r for st in policy["Statement"] for r in st["Resource"]}
+    assert resources == {"arn:aws:s3:::k3stack", "arn:aws:s3:::k3stack/*"}
+    actions = {a for st in policy["Statement"] for a in st["Action"]}
+    assert not any(a in ("s3:*", "admin:*") or a.startswith("admin:") for a in actions)
+
+
 def test_external_services_replace_the_in_chart_ones() -> None:
     values = variant_values("external-services")
     docs = _render_variant("external-services")
     assert find(docs, "StatefulSet") == []
-    assert find(docs, "Job") == []
+    assert [j["metadata"]["name"] for j in find(docs, "Job")] == [f"{FULLNAME}-secretgen"]
     for name in ("postgresql", "redis", "minio"):
         assert find(docs, "Service", f"{FULLNAME}-{name}") == []
-    data = secret_data(docs)
-    assert data["K3STACK_DATABASE_URL"] == values["externalDatabase"]["url"]
-    assert data["K3STACK_BROKER_URL"] == values["externalRedis"]["brokerUrl"]
-    assert data["K3STACK_RESULT_BACKEND"] == values["externalRedis"]["resultBackend"]
-    assert data["K3STACK_OBJECT_STORE_ACCESS_KEY"] == values["objectStore"]["accessKey"]
-    assert data["K3STACK_OBJECT_STORE_SECRET_KEY"] == values["objectStore"]["secretKey"]
-    assert "POSTGRES_PASSWORD" not in data and "REDIS_PASSWORD" not in data
+    explicit = explicit_credentials(docs)
+    assert explicit["database-url"] == values["externalDatabase"]["url"]
+    assert explicit["broker-url"] == values["externalRedis"]["brokerUrl"]
+    assert explicit["result-backend"] == values["externalRedis"]["resultBackend"]
+    assert explicit["object-store-secret-key"] == values["objectStore"]["secretKey"]
+    keys = secretgen_spec(docs)["secrets"][f"{FULLNAME}-orchestrator"]
+    assert keys["K3STACK_DATABASE_URL"] == "database-url"
+    assert "POSTGRES_PASSWORD" not in keys and "REDIS_PASSWORD" not in keys
     config = one(docs, "ConfigMap", f"{FULLNAME}-orchestrator")["data"]
     assert config["K3STACK_OBJECT_STORE_URL"] == values["externalObjectStore"]["url"]
     assert config["K3STACK_OBJECT_STORE_BUCKET"] == "k3stack-prod"
+    assert config["K3STACK_OBJECT_STORE_ACCESS_KEY"] == values["objectStore"]["accessKey"]
+
+
+def test_external_redis_urls_are_accepted_by_celery_and_redis_py() -> None:
+    """rediss:// without ssl_cert_reqs makes Celery raise at start; these must not."""
+    import redis
+    from celery import Celery
+    from celery.backends.redis import RedisBackend
+
+    values = variant_values("external-services")["externalRedis"]
+    broker, backend = values["brokerUrl"], values["resultBackend"]
+    assert broker.startswith("rediss://") and backend.startswith("rediss://")
+    app = Celery("k3stack-test", broker=broker, backend=backend)
+    result_backend = app.backend  # parses the URL; raises ValueError without ssl_cert_reqs
+    assert isinstance(result_backend, RedisBackend)
+    assert result_backend.connparams["ssl_cert_reqs"] == ssl.CERT_REQUIRED
+    with app.connection_for_write() as conn:
+        assert conn.transport_cls == "rediss" and conn.ssl
+    for url in (broker, backend):
+        pool = redis.Redis.from_url(url).connection_pool
+        assert pool.connection_kwargs["ssl_cert_reqs"] == "required"
+        assert pool.connection_class is redis.SSLConnection
+    # And the check bites: the same URL without the parameter is refused by Celery.
+    bare = broker.split("?", 1)[0]
+    with pytest.raises(ValueError, match="ssl_cert_reqs"):
+        _ = Celery("k3stack-test", backend=bare).backend
 
 
 def test_disabling_postgresql_alone_points_at_the_external_url() -> None:
@@ -380,7 +558,7 @@ def test_disabling_postgresql_alone_points_at_the_external_url() -> None:
     docs = render({"postgresql": {"enabled": False}, "externalDatabase": {"url": url}})
     assert find(docs, "StatefulSet", f"{FULLNAME}-postgresql") == []
     assert find(docs, "StatefulSet", f"{FULLNAME}-redis")  # the others stay
-    assert secret_data(docs)["K3STACK_DATABASE_URL"] == url
+    assert explicit_credentials(docs)["database-url"] == url
 
 
 @pytest.mark.parametrize(
@@ -389,6 +567,10 @@ def test_disabling_postgresql_alone_points_at_the_external_url() -> None:
         ({"postgresql": {"enabled": False}}, "externalDatabase.url is required"),
         ({"redis": {"enabled": False}}, "externalRedis.brokerUrl is required"),
         ({"minio": {"enabled": False}}, "externalObjectStore.url is required"),
+        (
+            {"minio": {"enabled": False}, "externalObjectStore": {"url": "https://s3.example"}},
+            "objectStore.secretKey is required",
+        ),
         (
             {
                 "ingress": {
@@ -399,41 +581,48 @@ def test_disabling_postgresql_alone_points_at_the_external_url() -> None:
             'unknown service "nope"',
         ),
     ],
-    ids=["postgresql", "redis", "minio", "ingress-service"],
+    ids=["postgresql", "redis", "minio", "object-store-key", "ingress-service"],
 )
 def test_missing_external_settings_fail_the_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(HelmError, match=message):
         render(values)
 
 
-def test_secret_carries_the_api_keys() -> None:
-    keys = {svc: f"key-of-{svc}" for svc in SERVICE_NAMES}
-    data = secret_data(render({"secrets": {"apiKeys": keys}}))
+def test_explicit_api_keys_reach_the_hook_and_unset_ones_are_left_to_it() -> None:
+    keys = {svc: f"key-of-{svc}-0123456789" for svc in SERVICE_NAMES}
+    explicit = explicit_credentials(render({"secrets": {"apiKeys": keys}}))
     for svc in SERVICE_NAMES:
-        assert data[f"K3STACK_{svc.upper()}__API_KEY"] == keys[svc]
-    # Unset keys are generated: present, long, and distinct per service.
-    generated = secret_data(_render_variant("default"))
-    values = [generated[f"K3STACK_{svc.upper()}__API_KEY"] for svc in SERVICE_NAMES]
-    assert all(len(v) == 32 for v in values) and len(set(values)) == len(values)
+        assert explicit[f"api-key-{svc}"] == keys[svc]
+    # Nothing set: nothing rendered (the hook generates inside the cluster).
+    assert explicit_credentials(_render_variant("default")) == {}
 
 
-def test_existing_secret_replaces_the_chart_secret() -> None:
+def test_existing_secret_replaces_the_generated_ones() -> None:
     docs = _render_variant("existing-secret")
     assert find(docs, "Secret") == []
+    assert find(docs, "Job", f"{FULLNAME}-secretgen") == []
     for deployment in find(docs, "Deployment"):
-        sources = deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"]
-        assert {"secretRef": {"name": "k3stack-credentials"}} in sources
-        assert "checksum/secret" not in deployment["spec"]["template"]["metadata"]["annotations"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        refs = {
+            e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e
+        }
+        assert refs == {"k3stack-credentials"}
+        assert (
+            "checksum/credentials" not in deployment["spec"]["template"]["metadata"]["annotations"]
+        )
 
 
 def test_config_changes_roll_the_pods() -> None:
-    def checksum(docs: Any) -> str:
+    def checksum(docs: Any, which: str) -> str:
         d = one(docs, "Deployment", f"{FULLNAME}-tools-worker")
-        return d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        return d["spec"]["template"]["metadata"]["annotations"][f"checksum/{which}"]
 
-    assert checksum(_render_variant("default")) != checksum(
-        render({"config": {"logLevel": "DEBUG"}})
+    default = _render_variant("default")
+    assert checksum(default, "config") != checksum(
+        render({"config": {"logLevel": "DEBUG"}}), "config"
     )
+    changed = render({"secrets": {"apiKeys": {"tools": "a-new-tools-key-0123456789"}}})
+    assert checksum(default, "credentials") != checksum(changed, "credentials")
 
 
 # ---- images and ingress --------------------------------------------------------------------------

@@ -182,13 +182,26 @@ def test_completions_and_tokenize(model_server):
         ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice needs tools"),
         ({"model": "k3-tiny", "messages": [{"role": "tool", "tool_call_id": "zzz", "content": "x"}]}, "matches no earlier"),
         ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}, "maximum context length"),
-        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "n": 3}, "n=1"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "n": 17}, "n: Input should be less than or equal to 16"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "seed": 2**70}, "seed"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x\ud800"}]}, "messages[0].content: lone surrogate U+D800 at character 1"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "top_x": 3, "best_of": 2}, "unknown field 'top_x'"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"99999999": 1}}, "logit_bias: token id 99999999"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}}, "outside [-100, 100]"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs needs logprobs"),
+        ({"model": "k3-tiny", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ],
     ids=["no-messages", "no-content", "bad-role", "temperature", "effort", "choice-without-tools",
-         "unknown-tool-call", "too-long", "n"],
+         "unknown-tool-call", "too-long", "n", "seed", "surrogate", "unknown-field", "bias-id",
+         "bias-range", "top-without-logprobs", "top-logprobs-range"],
 )  # fmt: skip
 def test_malformed_chat_requests_get_400_with_a_message(model_server, body, match):
-    r = httpx.post(model_server.url + "/v1/chat/completions", json=body)
+    # json.dumps escapes a lone surrogate as JSON allows ("\ud800"); httpx's json= cannot.
+    r = httpx.post(
+        model_server.url + "/v1/chat/completions",
+        content=json.dumps(body),
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert match in err["message"] and err["type"] == "invalid_request_error"
@@ -360,11 +373,11 @@ def test_model_client_speaks_the_api(model_server):
     from shared.clients import ModelClient, ServiceError
 
     with ModelClient(model_server.url) as mc:
-        assert mc.list_models() == ["k3-tiny"]
+        assert [card.id for card in mc.list_models().data] == ["k3-tiny"]
         answer = mc.chat([{"role": "user", "content": "hi"}], max_tokens=4, seed=1)
-        assert answer["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
-        assert mc.complete("hello", max_tokens=2)["usage"]["completion_tokens"] <= 2
-        assert len(mc.tokenize(messages=[{"role": "user", "content": "hi"}])) > 3
+        assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        assert mc.complete("hello", max_tokens=2).usage.completion_tokens <= 2
+        assert mc.tokenize(messages=[{"role": "user", "content": "hi"}]).count > 3
         assert mc.openai_base_url == model_server.url + "/v1"
         with pytest.raises(ServiceError, match="at least 1 item") as info:
             mc.chat([])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -87,10 +85,6 @@ def test_bad_chunk_size_is_rejected() -> None:
         chunk_kda(q, k, v, g, beta, chunk_size=0)
 
 
-_HAS_FLA = all(importlib.util.find_spec(m) is not None for m in ("fla", "einops", "triton"))
-
-
-@pytest.mark.skipif(not _HAS_FLA, reason="fla-core / triton not installed (model extra)")
 @pytest.mark.parametrize("t", [13, 64], ids=lambda t: f"T{t}")
 def test_matches_fla_naive_reference(t: int) -> None:
     """Gate and recurrence against fla's ``naive_kda_lowerbound_gate`` + ``naive_recurrent_kda``."""

@@ -93,7 +93,11 @@ def test_language_model_prefix_is_accepted(tiny_dir: Path, tmp_path: Path) -> No
             }
         )
     )
-    load_checkpoint(tmp_path)
+    loaded = load_checkpoint(tmp_path).state_dict()
+    expected = load_checkpoint(tiny_dir).state_dict()
+    assert loaded.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(loaded[name], tensor), name
 
 
 def test_missing_and_unexpected_tensors_are_named(tiny_dir: Path, tmp_path: Path) -> None:
@@ -117,3 +121,29 @@ def test_k3_preset_refuses_to_allocate(tmp_path: Path, capsys: pytest.CaptureFix
 def test_unknown_preset_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert init_checkpoint(["--preset", "huge", "--out", str(tmp_path)]) == 2
     assert "choose one of" in capsys.readouterr().err
+
+
+def test_quantization_config_parses_with_compressed_tensors(tiny_dir: Path) -> None:
+    """The saved config follows compressed-tensors' schema, and its targets are exactly the
+    tensors stored packed."""
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStrategy
+    from compressed_tensors.utils.match import match_name
+
+    raw = json.loads((tiny_dir / "config.json").read_text())["quantization_config"]
+    config = QuantizationConfig.model_validate(raw)
+    assert config.format == "mxfp4-pack-quantized" and config.quant_method == "compressed-tensors"
+    (scheme,) = config.config_groups.values()
+    w = scheme.weights
+    assert (w.num_bits, w.type, w.group_size, w.strategy) == (
+        4,
+        "float",
+        32,
+        QuantizationStrategy.GROUP,
+    )
+    assert scheme.input_activations is None  # weights only: W4A16
+    with safe_open(str(tiny_dir / "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    packed = {n.removesuffix(".weight_packed") for n in names if n.endswith(".weight_packed")}
+    modules = {n.rsplit(".", 1)[0] for n in names if n.endswith(".weight") or n.endswith("_packed")}
+    targeted = {m for m in modules if any(match_name(m, t) for t in scheme.targets)}
+    assert packed and targeted == packed

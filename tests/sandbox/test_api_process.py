@@ -433,36 +433,3 @@ def test_guest_port_reachable_from_host(proc):
     assert c.get(f"/sandboxes/{sid}/ports/8000").status_code == 409
     with pytest.raises(httpx.HTTPError):  # the forward ended with the sandbox's processes
         httpx.get(f"http://{host}/index.html", timeout=10)
-
-
-def test_sandbox_client_round_trip(proc):
-    from shared.clients import SandboxClient, ServiceError
-
-    client = SandboxClient("http://testserver", retries=0)
-    client._http = proc.client  # the app in-process, through the same httpx interface
-    sb = client.create("busybox", timeout=0)
-    sid = sb["sandboxID"]
-    assert client.exec(sid, "echo hi")["stdout"] == "hi\n"
-    assert client.exec(sid, ["printf", "%s", "x y"])["stdout"] == "x y"
-    client.write_file(sid, "a.txt", "data", mode=0o600)
-    assert client.read_file(sid, "a.txt") == b"data"
-    assert client.stat(sid, "a.txt")["mode"] == 0o600
-    events = list(client.exec_stream(sid, "echo streamed"))
-    assert events[0]["kind"] == "start" and events[-1]["exit_code"] == 0
-    ck = client.checkpoint(sid, "one")
-    assert [c["id"] for c in client.lineage(ck["id"])] == [ck["id"]]
-    client.pause(sid)
-    try:
-        client.exec(sid, "true")
-        raise AssertionError("exec on a paused sandbox must fail")
-    except ServiceError as exc:
-        assert exc.status == 409 and exc.error_code == "sandbox_paused"
-    assert client.connect(sid)["state"] == "running"
-    forks = client.fork(sid, count=2, memory=False)
-    assert len(forks) == 2 and all(f["sandbox"] for f in forks)
-    client.kill(sid)
-    try:
-        client.get(sid)
-        raise AssertionError("killed sandbox must be gone")
-    except ServiceError as exc:
-        assert exc.status == 404

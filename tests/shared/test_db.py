@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
 
-from shared.db import ServiceDatabase, make_engine
+from shared.db import ServiceDatabase
 
 REPO = Path(__file__).resolve().parents[2]
 VERIFIER = REPO / "services/verifier/migrations"
 TOOLS = REPO / "services/tools/migrations"
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-
-
-@pytest.fixture
-def pg_url():
-    """A throwaway database on the local PostgreSQL server."""
-    admin = make_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    name = f"k3test_{uuid.uuid4().hex[:10]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # noqa: BLE001
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for deployed-mode tests: {exc}")
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+INSERT_JOB = (
+    "INSERT INTO verifier_jobs (id, kind, status, payload, task_name, created_at, progress,"
+    " progress_message, attempts)"
+    " VALUES (:id, 'echo', 'queued', '{}', 'verifier.echo', CURRENT_TIMESTAMP, 0, '', 0)"
+)
 
 
 def _check_two_services_share_one_database(url: str) -> None:
@@ -42,8 +29,8 @@ def _check_two_services_share_one_database(url: str) -> None:
     assert {"verifier_jobs", "tools_worlds", "tools_actions"} <= names
     # Each history records its own head in its own version table.
     assert {"alembic_version_verifier", "alembic_version_tools"} <= names
-    assert verifier.revision() == "v0001"
-    assert tools.revision() is not None and tools.revision() != "v0001"
+    assert verifier.revision() == "v0002"
+    assert tools.revision() is not None and tools.revision() != verifier.revision()
     assert verifier.ping()["dialect"] == verifier.engine.dialect.name
     verifier.close()
     tools.close()
@@ -62,12 +49,7 @@ def test_session_rolls_back_on_error(tmp_path):
     db.migrate()
     with pytest.raises(RuntimeError):
         with db.session() as s:
-            s.execute(
-                text(
-                    "INSERT INTO verifier_jobs (id, kind, created_at, payload) "
-                    "VALUES ('a', 'echo', CURRENT_TIMESTAMP, '{}')"
-                )
-            )
+            s.execute(text(INSERT_JOB), {"id": "a"})
             raise RuntimeError("abort")
     with db.session() as s:
         assert s.execute(text("SELECT count(*) FROM verifier_jobs")).scalar() == 0
@@ -80,7 +62,7 @@ def test_concurrent_migrations_on_postgresql(pg_url):
     dbs = [ServiceDatabase("verifier", pg_url, VERIFIER) for _ in range(4)]
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda db: db.migrate(), dbs))
-    assert dbs[0].revision() == "v0001"
+    assert dbs[0].revision() == "v0002"
     for db in dbs:
         db.close()
 
@@ -97,10 +79,7 @@ def test_read_modify_write_on_sqlite_is_serialised(tmp_path):
         with db.session() as s:
             n = s.execute(text("SELECT count(*) FROM verifier_jobs")).scalar()
             s.execute(
-                text(
-                    "INSERT INTO verifier_jobs (id, kind, created_at, payload) "
-                    "VALUES (:id, 'echo', CURRENT_TIMESTAMP, '{}')"
-                ),
+                text(INSERT_JOB),
                 {"id": f"j{n}"},
             )
 

@@ -100,8 +100,8 @@ def test_length_mismatch_is_rejected(store):
     assert not store.exists("long")
 
 
-def test_streaming_20_mib_without_holding_it(store, tmp_path):
-    total = 20 * MiB
+def test_streaming_40_mib_without_holding_it(store, tmp_path):
+    total = 40 * MiB
     want = hashlib.sha256()
     for chunk in _pattern_chunks(total):
         want.update(chunk)
@@ -122,8 +122,11 @@ def test_streaming_20_mib_without_holding_it(store, tmp_path):
         tracemalloc.stop()
     assert info.size == total == size == store.stat("big/stream.bin").size
     assert info.sha256 == want.hexdigest() == got.hexdigest()
-    # At most a part (S3: 5 MiB here) plus buffers in memory, never the whole 20 MiB.
-    assert put_peak < 13 * MiB, put_peak
+    # Bounded by the part size, never the whole object: the local store holds a chunk or two;
+    # minio's put_object up to three 5 MiB parts (the part it reads, that part without its
+    # look-ahead byte, and the part before it until it is replaced).
+    put_bound = 3 * 5 * MiB + 2 * MiB if isinstance(store, S3ObjectStore) else 4 * MiB
+    assert put_peak < put_bound < total, put_peak
     assert get_peak < 6 * MiB, get_peak
 
     # A stream longer than announced is refused and leaves no object (S3: aborted multipart).

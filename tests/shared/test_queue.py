@@ -1,5 +1,6 @@
 """Celery through a real worker process: over the embedded broker (SQLite) and over a private
-Redis. The worker is started with the same command line ``k3stack up`` uses."""
+Redis. The worker is started with the same command line ``k3stack up`` uses; the task is the
+verifier's ``echo`` job, whose outcome is read from its SQL row (never from Celery)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from pathlib import Path
 import pytest
 from kombu.exceptions import EncodeError
 
+from services.verifier.models import JobRow
+from services.verifier.tasks import MIGRATIONS, register_tasks
+from shared.db import ServiceDatabase
+from shared.jobs import JobStatus, JobStore, submit, wait_for_job
 from shared.queue import make_celery, worker_argv
 from shared.settings import load_settings
 from tests.helpers.servers import ServerProcess, spawn
@@ -49,32 +54,44 @@ def start_worker():
 
 
 def _round_trip(app, worker: ServerProcess) -> None:
+    settings = load_settings()
+    db = ServiceDatabase("verifier", settings.database_url or "", MIGRATIONS)
+    db.migrate()
+    store = JobStore(db, JobRow)
+    echo = register_tasks(app, store).echo
     payload = {"job": "echo", "n": 3, "items": ["a", "b"], "nested": {"ok": True}}
     before = time.time()
-    result = app.send_task("verifier.echo", args=[payload])
-    value = result.get(timeout=30)
+    try:
+        job = submit(store, echo, kind="echo", payload=payload)
+        assert job.status is JobStatus.queued
+        done = wait_for_job(lambda: store.require(job.id), timeout_s=60)
+    finally:
+        db.close()
+    assert done.status is JobStatus.succeeded, done
+    value = done.result
     assert value["payload"] == payload
     assert value["sha256"] == hashlib.sha256(repr(sorted(payload.items())).encode()).hexdigest()
     assert before - 5 <= value["worker_time"] <= time.time() + 5
-    assert result.successful()
-    # It really went through the worker process, on the verifier queue.
-    # (The worker logs it just after storing the result, so give the line a moment.)
-    done = f"verifier.echo[{result.id}] succeeded"
+    assert done.attempts == 1 and done.progress.fraction == 1.0
+    # It really went through the worker process, on the verifier queue, as task id = job id.
+    # (The worker logs it just after the task returns, so give the line a moment.)
+    line = f"verifier.echo[{job.id}] succeeded"
     deadline = time.monotonic() + 10
-    while done not in worker.log() and time.monotonic() < deadline:
+    while line not in worker.log() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert done in worker.log()
+    assert line in worker.log()
 
 
 def test_echo_through_worker_embedded_broker(clean_env, start_worker):
     worker = start_worker(_worker_env(K3STACK_DATA_DIR=str(clean_env)))
     app = make_celery("verifier", load_settings())
-    assert app.conf.broker_url.startswith("sqla+sqlite:///")
+    assert app.conf.broker_url.startswith("sqlite:///")
+    assert app.conf.broker_transport == "shared.queue:EmbeddedTransport"
     try:
         _round_trip(app, worker)
     finally:
         app.close()
-    assert (clean_env / "broker.db").exists() and (clean_env / "results.db").exists()
+    assert (clean_env / "broker.db").exists() and (clean_env / "k3stack.db").exists()
 
 
 def test_echo_through_worker_redis(clean_env, start_worker, redis_url, monkeypatch):
@@ -100,13 +117,16 @@ def test_make_celery_defaults(clean_env):
     assert settings.broker_url == f"sqla+sqlite:///{clean_env / 'broker.db'}"
     assert settings.result_backend == f"db+sqlite:///{clean_env / 'results.db'}"
     app = make_celery("verifier", settings)
+    assert not clean_env.exists()  # building the app touches nothing; configuring it does
     conf = app.conf
     assert app.main == "k3stack.verifier"
     assert conf.task_default_queue == "verifier"
     assert conf.task_serializer == "json" and conf.result_serializer == "json"
     assert list(conf.accept_content) == ["json"]
-    assert conf.broker_url == settings.broker_url
+    assert conf.broker_url == settings.broker_url.removeprefix("sqla+")
     assert conf.result_backend == settings.result_backend
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.task_always_eager is False
     assert clean_env.is_dir()  # the SQLite files' folder exists before any worker starts
     # Anything JSON cannot carry is refused when sending, not pickled.
     with pytest.raises(EncodeError):

@@ -417,3 +417,44 @@ def test_fuzzed_bodies_never_500(world):
         assert status < 500, (route, body, err)
 
     check()
+
+
+@pytest.mark.parametrize(
+    "zone, local_start",
+    [("Europe/Berlin", "2026-01-05T09:00:00"), ("America/New_York", "2026-01-05T09:00:00")],
+)
+def test_weekly_recurrence_keeps_local_time_across_both_dst_changes(world, zone, local_start):
+    """A weekly 09:00 meeting in a DST zone stays at 09:00 local all year (spring forward in
+    March, fall back in October/November): instances are expanded in the event's zone."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    body = {
+        "summary": "Weekly sync",
+        "start": {"dateTime": local_start, "timeZone": zone},
+        "end": {"dateTime": local_start.replace("09:00", "09:30"), "timeZone": zone},
+        "recurrence": ["RRULE:FREQ=WEEKLY;COUNT=52"],
+    }
+    ok(world, "POST", "calendars/primary/events", body)
+    items = ok(
+        world,
+        "GET",
+        "calendars/primary/events",
+        singleEvents="true",
+        orderBy="startTime",
+        maxResults="2500",
+        timeMin="2026-01-01T00:00:00Z",
+        timeMax="2027-01-01T00:00:00Z",
+    )["items"]
+    starts = [
+        datetime.fromisoformat(i["start"]["dateTime"].replace("Z", "+00:00")).astimezone(
+            ZoneInfo(zone)
+        )
+        for i in items
+    ]
+    assert len(starts) == 52
+    assert {(s.hour, s.minute) for s in starts} == {(9, 0)}, sorted({s.utcoffset() for s in starts})
+    offsets = [s.utcoffset() for s in starts]
+    assert len(set(offsets)) == 2  # both sides of the changes are covered
+    # summer time starts and ends within the year: offsets change exactly twice
+    assert sum(a != b for a, b in zip(offsets, offsets[1:], strict=False)) == 2

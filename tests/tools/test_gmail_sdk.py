@@ -13,13 +13,10 @@ from email.message import EmailMessage
 
 import httpx
 import pytest
-
-pytest.importorskip("googleapiclient")
-
-from google.oauth2.credentials import Credentials  # noqa: E402
-from googleapiclient.discovery import build  # noqa: E402
-from googleapiclient.errors import HttpError  # noqa: E402
-from googleapiclient.http import MediaIoBaseUpload  # noqa: E402
+from google.oauth2.credentials import Credentials
+from googleapiclient.discovery import build
+from googleapiclient.errors import HttpError
+from googleapiclient.http import MediaIoBaseUpload
 
 
 @pytest.fixture(scope="module")

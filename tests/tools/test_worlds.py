@@ -212,30 +212,6 @@ def test_management_needs_api_key_when_auth_is_on(tmp_path, monkeypatch) -> None
         get_settings.cache_clear()
 
 
-def test_tools_client_drives_worlds(tools_client) -> None:
-    """shared.clients.ToolsClient over the in-process app (its httpx transport swapped in)."""
-    from shared.clients import ToolsClient
-
-    client = ToolsClient("http://testserver")
-    client._http = tools_client  # same httpx interface
-    w = client.create_world("empty", 3)
-    client.app(
-        w["id"],
-        w["token"],
-        "POST",
-        "gmail/v1/users/me/messages/send",
-        json={"raw": raw_mail(subject="via client")},
-    )
-    snap = client.snapshot(w["id"])
-    assert client.advance(w["id"], by="1h")["now"].startswith("2025-01-06T09:00")
-    client.restore(w["id"], snap["id"])
-    assert client.state(w["id"], tables=False)["full_hash"] == snap["state_hash"]
-    fork = client.fork(w["id"])
-    assert client.checks(fork["id"])["events_total"] == 0
-    client.delete_world(fork["id"])
-    assert "hr_onboarding" in {s["name"] for s in client.scenarios()}
-
-
 def test_large_snapshots_live_in_the_object_store(tools_client, monkeypatch) -> None:
     """Above the inline limit a snapshot goes to the object store, content-addressed: two
     same-seed worlds' initial states are one object; restore reads it back exactly."""
@@ -259,3 +235,22 @@ def test_large_snapshots_live_in_the_object_store(tools_client, monkeypatch) -> 
     )
     assert a.state()["full_hash"] == before["full_hash"]
     assert tools_client.post(f"/worlds/{b.id}/reset").status_code == 200
+
+
+def test_health_does_no_migration_work(tools_client) -> None:
+    """``/health`` runs one cheap query; it never opens Alembic's migration context."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+    engine = tools_client.app.state.db.engine
+
+    def spy(conn, cursor, statement, *rest) -> None:  # type: ignore[no-untyped-def]
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", spy)
+    try:
+        resp = tools_client.get("/health")
+    finally:
+        event.remove(engine, "before_cursor_execute", spy)
+    assert resp.status_code == 200 and resp.json()["status"] == "ok", resp.text
+    assert seen and not any("alembic" in s.lower() for s in seen), seen

@@ -15,6 +15,7 @@ Presets (:meth:`K3Config.preset`):
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +45,35 @@ class LinearAttnConfig(BaseModel):
     full_attn_layers: list[int] = Field(
         default_factory=list, description="1-based gated-MLA layer ids."
     )
+
+
+#: compressed-tensors' ``quantization_config`` for MXFP4 routed experts (weights only, W4A16):
+#: one config group targeting every expert projection (w1 gate, w3 up, w2 down), E2M1 values in
+#: groups of 32 with E8M0 (uint8) scales, packed two per byte; everything else unquantised.
+#: vLLM and compressed-tensors loaders read it (a test parses it with the package).
+MXFP4_EXPERTS_QUANTIZATION: dict[str, Any] = {
+    "quant_method": "compressed-tensors",
+    "format": "mxfp4-pack-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {
+        "group_0": {
+            "targets": [r"re:.*block_sparse_moe\.experts\.\d+\.w[123]$"],
+            "weights": {
+                "num_bits": 4,
+                "type": "float",
+                "symmetric": True,
+                "group_size": 32,
+                "strategy": "group",
+                "dynamic": False,
+                "scale_dtype": "torch.uint8",
+            },
+            "input_activations": None,
+            "output_activations": None,
+            "format": "mxfp4-pack-quantized",
+        }
+    },
+    "ignore": ["lm_head"],
+}
 
 
 class K3Config(BaseModel):
@@ -103,12 +133,7 @@ class K3Config(BaseModel):
 
     linear_attn_config: LinearAttnConfig = Field(default_factory=LinearAttnConfig)
     quantization_config: dict[str, Any] | None = Field(
-        default_factory=lambda: {
-            "quant_method": "compressed-tensors",
-            "format": "mxfp4-pack-quantized",
-            "group_size": 32,
-            "ignore": ["shared_experts"],
-        },
+        default_factory=lambda: copy.deepcopy(MXFP4_EXPERTS_QUANTIZATION),
         description="compressed-tensors MXFP4 for routed experts; None = dense experts.",
     )
     eos_token_id: int | None = None

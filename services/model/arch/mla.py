@@ -22,7 +22,7 @@ from torch import nn
 from .config import K3Config
 from .norm import RMSNorm
 
-__all__ = ["GatedMLA", "mla_attend_recompute", "mla_attend_absorbed"]
+__all__ = ["GatedMLA", "mla_attend_recompute", "mla_attend_absorbed", "mla_attend_paged"]
 
 
 def _causal_mask(t: int, s: int, device: torch.device) -> torch.Tensor:
@@ -69,6 +69,62 @@ def mla_attend_absorbed(
     scores = (scores * scale).masked_fill(~_causal_mask(t, s, q.device), float("-inf"))
     o_lat = torch.einsum("bhts,bsr->bthr", scores.softmax(-1), c)
     return torch.einsum("bthr,hvr->bthv", o_lat, w_uv)
+
+
+def mla_attend_paged(
+    q: torch.Tensor,
+    pages: list[torch.Tensor],
+    kv_b: torch.Tensor,
+    dims: tuple[int, int, int, int],
+    *,
+    absorbed: bool,
+) -> torch.Tensor:
+    """Attention of ``q [T, H, nope+rope]`` over latent pages read in place (no history gather).
+
+    ``pages`` are views ``[n_i, r+rope]`` of consecutive token ranges starting at position 0;
+    the queries are the last ``T`` positions. Pages are combined with an online softmax (running
+    max and sum), so the cost per step is one pass over the pages and no contiguous copy of the
+    request's latent history is ever made. Returns ``o [T, H, v]`` (fp32).
+    """
+    r, nope, rope, dv = dims
+    t, h, _ = q.shape
+    total = sum(p.shape[0] for p in pages)
+    qpos = torch.arange(total - t, total, device=q.device)[None, :, None]  # [1, T, 1]
+    w = kv_b.float().view(h, nope + dv, r)
+    w_uk, w_uv = w[:, :nope], w[:, nope:]
+    q_nope, q_pe = q.float().split((nope, rope), dim=-1)
+    q_lat = torch.einsum("thn,hnr->htr", q_nope, w_uk) if absorbed else None
+    scale = (nope + rope) ** -0.5
+    m = torch.full((h, t), float("-inf"), device=q.device)
+    denom = torch.zeros(h, t, device=q.device)
+    acc = torch.zeros(h, t, r if absorbed else dv, device=q.device)
+    base = 0
+    for page in pages:
+        n = page.shape[0]
+        c, k_pe = page.float().split((r, rope), dim=-1)
+        if absorbed:
+            scores = torch.einsum("htr,sr->hts", q_lat, c) + torch.einsum("thp,sp->hts", q_pe, k_pe)
+            vals = c[None].expand(h, n, r)
+        else:
+            kv = (c @ kv_b.float().t()).view(n, h, nope + dv)
+            k_nope, v = kv.split((nope, dv), dim=-1)
+            scores = torch.einsum("thn,shn->hts", q_nope, k_nope) + torch.einsum(
+                "thp,sp->hts", q_pe, k_pe
+            )
+            vals = v.transpose(0, 1)  # [H, S, v]
+        kpos = torch.arange(base, base + n, device=q.device)[None, None, :]
+        scores = (scores * scale).masked_fill(kpos > qpos, float("-inf"))
+        base += n
+        m_new = torch.maximum(m, scores.amax(-1))
+        alpha = (m - m_new).exp()
+        p = (scores - m_new[..., None]).exp()
+        denom = denom * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + p @ vals
+        m = m_new
+    o = acc / denom[..., None]  # [H, T, r or v]
+    if absorbed:
+        return torch.einsum("htr,hvr->thv", o, w_uv)
+    return o.transpose(0, 1)
 
 
 class GatedMLA(nn.Module):

@@ -25,7 +25,7 @@ from torch import nn
 from .attnres import apply_attn_res, make_attn_res
 from .config import K3Config
 from .kda import KimiDeltaAttention
-from .mla import GatedMLA
+from .mla import GatedMLA, mla_attend_paged
 from .moe import GatedMLP, StableLatentMoE
 from .norm import RMSNorm
 from .state import PoolExhausted, RequestState, StatePools
@@ -197,7 +197,6 @@ class K3ForCausalLM(nn.Module):
         decode = [r for r, n in enumerate(lens) if n == 1]
         prefill = [r for r, n in enumerate(lens) if n > 1]
         dec_tok = torch.tensor([starts[r] for r in decode], dtype=torch.long, device=device)
-        dec_slot = torch.tensor([states[r].slot for r in decode], dtype=torch.long, device=device)
 
         def mixer(i: int, layer: K3DecoderLayer, h: torch.Tensor) -> torch.Tensor:
             out = torch.empty_like(h)
@@ -205,33 +204,29 @@ class K3ForCausalLM(nn.Module):
             if isinstance(attn, KimiDeltaAttention):
                 j = self._kda_row[i]
                 if decode:  # all one-token requests in one batched recurrent step
-                    y, conv, s = attn(
-                        h[dec_tok][:, None], pools.conv_state[dec_slot, j],
-                        pools.kda_state[dec_slot, j], mode="recurrent",
-                    )  # fmt: skip
+                    dec_states = [states[r] for r in decode]
+                    conv, s = pools.kda_read(dec_states, j)
+                    y, conv, s = attn(h[dec_tok][:, None], conv, s, mode="recurrent")
                     out[dec_tok] = y[:, 0]
-                    pools.conv_state[dec_slot, j] = conv.to(pools.dtype)
-                    pools.kda_state[dec_slot, j] = s
+                    pools.kda_write(dec_states, j, conv, s)
                 for r in prefill:
                     sl = slice(starts[r], starts[r + 1])
-                    slot = states[r].slot
-                    y, conv, s = attn(
-                        h[sl][None], pools.conv_state[slot, j][None],
-                        pools.kda_state[slot, j][None], mode="chunk",
-                    )  # fmt: skip
+                    conv, s = pools.kda_read([states[r]], j)
+                    y, conv, s = attn(h[sl][None], conv, s, mode="chunk")
                     out[sl] = y[0]
-                    pools.conv_state[slot, j] = conv[0].to(pools.dtype)
-                    pools.kda_state[slot, j] = s[0]
+                    pools.kda_write([states[r]], j, conv, s)
             else:
                 j = self._mla_row[i]
+                kv_b = attn.kv_b_proj.weight
                 for r, st in enumerate(states):
                     sl = slice(starts[r], starts[r + 1])
-                    past = pools.read_latent(st, j, st.num_tokens) if st.num_tokens else None
-                    y, new = attn(
-                        h[sl][None], None if past is None else past[None], absorbed=lens[r] == 1
+                    x = h[sl][None]
+                    pools.write_latent(st, j, st.num_tokens, attn.latent(x)[0])
+                    pages = pools.latent_pages(st, j, st.num_tokens + lens[r])
+                    o = mla_attend_paged(
+                        attn.query(x)[0], pages, kv_b, attn.dims, absorbed=lens[r] == 1
                     )
-                    pools.write_latent(st, j, st.num_tokens, new[0])
-                    out[sl] = y[0]
+                    out[sl] = attn.output(x, o[None])[0]
             return out
 
         ids = torch.cat([t.reshape(-1).to(device) for t in token_ids])

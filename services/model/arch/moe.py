@@ -8,7 +8,9 @@
   ``routed_scaling_factor``);
 - shared experts work at full width ``d``; routed experts in the latent width ``l``;
 - every GLU is SiTU-GLU (``hidden_act = "situ"``); routed experts are MXFP4 when the
-  config's ``quantization_config`` says so (everything else stays in high precision).
+  config's ``quantization_config`` says so (everything else stays in high precision);
+- MXFP4 experts run the fused Triton kernel on CUDA and the vectorised torch path elsewhere
+  (:attr:`RoutedExperts.kernel` forces one: ``"auto"``, ``"triton"``, ``"torch"``).
 
 Checkpoint names (Kimi Linear / K3): ``gate.weight``, ``gate.e_score_correction_bias``,
 ``shared_experts.{gate,up,down}_proj``, ``routed_expert_{down_proj,norm,up_proj}``,
@@ -87,6 +89,7 @@ class RoutedExperts(nn.Module):
         self.num_experts, self.width, self.intermediate = e, lw, im
         self.betas = (config.activation_situ_beta, config.activation_situ_linear_beta)
         self.mxfp4 = config.experts_mxfp4
+        self.kernel = "auto"
         if self.mxfp4:
             u8 = torch.uint8
             self.register_buffer("w13_packed", torch.zeros(e, 2 * im, lw // 2, dtype=u8))
@@ -97,11 +100,24 @@ class RoutedExperts(nn.Module):
             self.w13 = nn.Parameter(torch.randn(e, 2 * im, lw) * lw**-0.5)
             self.w2 = nn.Parameter(torch.randn(e, lw, im) * im**-0.5)
 
+    def uses_triton(self, x: torch.Tensor) -> bool:
+        """Whether the MXFP4 experts take the Triton kernel for ``x`` (CUDA, unless forced)."""
+        if self.kernel not in ("auto", "triton", "torch"):
+            raise ValueError(f"kernel must be auto, triton or torch, not {self.kernel!r}")
+        return self.kernel == "triton" or (self.kernel == "auto" and x.is_cuda)
+
     def forward(
         self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor
     ) -> torch.Tensor:
         """``x [N, L]`` -> ``u = sum_j p_j E_j(x)`` ``[N, L]`` fp32."""
         b1, b2 = self.betas
+        if self.mxfp4 and self.uses_triton(x):
+            from ..kernels.triton_moe import triton_fused_moe_mxfp4
+
+            return triton_fused_moe_mxfp4(
+                x, topk_ids, topk_weights, self.w13_packed, self.w13_scale,
+                self.w2_packed, self.w2_scale, beta1=b1, beta2=b2,
+            )  # fmt: skip
         if self.mxfp4:
             return fused_moe_mxfp4(
                 x, topk_ids, topk_weights, self.w13_packed, self.w13_scale,

@@ -215,6 +215,21 @@ class StatePools:
         table = torch.tensor(state.block_table[:nb], device=self.device, dtype=torch.long)
         return self.mla_kv[table, mla_idx].reshape(nb * self.block_size, -1)[:stop]
 
+    # ----- the model's pool interface (shared with the serving layer's paged pool) ---------
+    def kda_read(self, states: list[RequestState], row: int) -> tuple[Tensor, Tensor]:
+        """KDA layer ``row``'s ``(conv windows, recurrent states)`` of ``states`` (copies)."""
+        slots = torch.tensor([s.slot for s in states], dtype=torch.long, device=self.device)
+        return self.conv_state[slots, row], self.kda_state[slots, row]
+
+    def kda_write(self, states: list[RequestState], row: int, conv: Tensor, s: Tensor) -> None:
+        slots = torch.tensor([st.slot for st in states], dtype=torch.long, device=self.device)
+        self.conv_state[slots, row] = conv.to(self.dtype)
+        self.kda_state[slots, row] = s
+
+    def latent_pages(self, state: RequestState, mla_idx: int, stop: int) -> list[Tensor]:
+        """Tokens ``0 .. stop`` of layer ``mla_idx`` as one page (these blocks are tiny)."""
+        return [self.read_latent(state, mla_idx, stop)]
+
     # ----- internals -----------------------------------------------------------------------
     def _take_block(self) -> int:
         b = self._free_blocks.pop()

@@ -18,13 +18,13 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.model.serving.prefix_cache import PrefixCache
+from services.model.serving.prefix_cache import PrefixCache, prefix_cache_metrics
 from services.model.serving.runner import ModelRunner
-from services.model.serving.sampling import Sampler, SamplingParams
-from services.model.serving.scheduler import SchedRequest, Scheduler
+from services.model.serving.sampling import Sampler, SamplingParams, TokenLogprob
+from services.model.serving.scheduler import AdmissionClass, SchedRequest, Scheduler
 from services.model.tokenizer.base import IncrementalDecoder, Piece, Tokenizer
 
 log = logging.getLogger("k3stack.model.engine")
@@ -35,10 +35,18 @@ FinishReason = str  # "stop" | "length" | "abort" | "error"
 class EngineError(ValueError):
     """A request the engine cannot take (the API answers 400); ``param`` names the field."""
 
+    status = 400
+
     def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.param = param
         self.code = code
+
+
+class EngineBusy(EngineError):
+    """The queue is full (the API answers 429 with ``Retry-After``)."""
+
+    status = 429
 
 
 @dataclass
@@ -54,6 +62,12 @@ class EngineOutput:
     num_output_tokens: int = 0
     num_cached_tokens: int = 0
     error: str | None = None
+    #: One per token in ``token_ids`` when the request asked for logprobs.
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    #: Seconds from submission to first admission (on the finished output).
+    queue_time_s: float | None = None
+    #: The stop string that ended the output, if one did (on the finished output).
+    stop_string: str | None = None
 
 
 class StopStrings:
@@ -62,6 +76,7 @@ class StopStrings:
     def __init__(self, stops: list[str]) -> None:
         self.stops = [s for s in stops if s]
         self._held = ""
+        self.matched: str | None = None  # the stop string that ended the output
 
     def push(self, pieces: list[Piece]) -> tuple[list[Piece], bool]:
         """(pieces safe to emit, whether a stop string ended the output)."""
@@ -76,7 +91,7 @@ class StopStrings:
             buf = self._held + p.text
             hits = [(buf.find(s), s) for s in self.stops if s in buf]
             if hits:
-                idx = min(hits)[0]
+                idx, self.matched = min(hits)
                 if idx:
                     out.append(Piece(buf[:idx]))
                 self._held = ""
@@ -110,6 +125,7 @@ class _Request(SchedRequest):
     stopper: StopStrings | None = None
     stop_ids: frozenset[int] = frozenset()
     arrival: float = 0.0
+    admitted_at: float | None = None
     finished: bool = False
 
 
@@ -149,6 +165,7 @@ class EngineStats:
     num_generated_tokens: int = 0
     num_finished: int = 0
     num_preemptions: int = 0
+    num_aborted: int = 0
     last_batch_tokens: int = 0
     last_batch_requests: int = 0
 
@@ -164,8 +181,14 @@ class Engine:
         max_num_seqs: int = 16,
         max_num_batched_tokens: int = 512,
         prefix_cache: PrefixCache | None = None,
+        max_queued_requests: int | None = None,
+        admission_classes: Sequence[AdmissionClass] = (),
     ) -> None:
+        """``max_queued_requests``: how many requests may wait beyond ``max_num_seqs`` before
+        :meth:`submit` raises :class:`EngineBusy` (None = no limit)."""
         self.runner = runner
+        self.max_num_seqs = max_num_seqs
+        self.max_queued_requests = max_queued_requests
         self.tokenizer = tokenizer
         self.scheduler = Scheduler(
             runner,
@@ -173,6 +196,7 @@ class Engine:
             max_num_batched_tokens=max_num_batched_tokens,
             prefix_cache=prefix_cache,
             on_preempt=self._on_preempt,
+            admission_classes=admission_classes,
         )
         self.prefix_cache = prefix_cache
         self.stats = EngineStats()
@@ -253,7 +277,7 @@ class Engine:
             prompt_ids=list(prompt_ids),
             params=params,
             sink=sink,
-            sampler=Sampler(params, self.vocab_limit),
+            sampler=Sampler(params, self.vocab_limit, prompt_ids),
             decoder=IncrementalDecoder(self.tokenizer),
             stopper=StopStrings(params.stop),
             stop_ids=frozenset(params.stop_token_ids),
@@ -262,6 +286,13 @@ class Engine:
         with self._cv:
             if self._stopping or self._thread is None:
                 raise RuntimeError("the engine is not running")
+            limit = self.max_queued_requests
+            if limit is not None and len(self._by_id) >= self.max_num_seqs + limit:
+                raise EngineBusy(
+                    f"the engine is saturated ({len(self._by_id)} requests in flight, "
+                    f"{self.max_num_seqs} running and {limit} queued at most); retry later",
+                    code="engine_saturated",
+                )
             self._by_id[rid] = req
             self._inbox.append(req)
             self._cv.notify_all()
@@ -314,6 +345,7 @@ class Engine:
                 for rid in aborts:
                     req = self._by_id.get(rid)
                     if req is not None:
+                        self.stats.num_aborted += 1
                         self._finish(req, "abort", [])
                 try:
                     self.step()
@@ -342,8 +374,11 @@ class Engine:
         self.stats.num_steps += 1
         self.stats.last_batch_requests = len(batch)
         self.stats.last_batch_tokens = sum(len(c.token_ids) for c in batch)
+        now = time.monotonic()
         for chunk, row in zip(batch, logits, strict=True):
             req: _Request = chunk.request  # type: ignore[assignment]
+            if req.admitted_at is None:
+                req.admitted_at = now
             samples = chunk.samples
             req.num_computed += len(chunk.token_ids)
             self.stats.num_computed_tokens += len(chunk.token_ids)
@@ -359,6 +394,7 @@ class Engine:
     def _sample(self, req: _Request, logits) -> None:  # type: ignore[no-untyped-def]
         assert req.sampler and req.decoder and req.stopper
         token = req.sampler.sample(logits)
+        logprobs = [req.sampler.last_logprob] if req.sampler.last_logprob is not None else []
         req.output_ids.append(token)
         self.stats.num_generated_tokens += 1
         reason: FinishReason | None = None
@@ -374,11 +410,11 @@ class Engine:
         ):
             reason = "length"
         if reason is None:
-            req.sink(self._output(req, [token], pieces))
+            req.sink(self._output(req, [token], pieces, logprobs=logprobs))
             return
         if not (reason == "stop" and token not in req.stop_ids):
             pieces += req.stopper.push(req.decoder.flush())[0] + req.stopper.flush()
-        self._finish(req, reason, pieces, tokens=[token])
+        self._finish(req, reason, pieces, tokens=[token], logprobs=logprobs)
 
     def _output(
         self,
@@ -389,6 +425,7 @@ class Engine:
         finished: bool = False,
         reason: FinishReason | None = None,
         error: str | None = None,
+        logprobs: list[TokenLogprob] | None = None,
     ) -> EngineOutput:
         return EngineOutput(
             request_id=req.request_id,
@@ -400,6 +437,11 @@ class Engine:
             num_output_tokens=len(req.output_ids),
             num_cached_tokens=req.num_cached,
             error=error,
+            logprobs=logprobs or [],
+            queue_time_s=(
+                (req.admitted_at or time.monotonic()) - req.arrival if finished else None
+            ),
+            stop_string=req.stopper.matched if finished and req.stopper is not None else None,
         )
 
     def _finish(
@@ -410,6 +452,7 @@ class Engine:
         *,
         tokens: list[int] | None = None,
         error: str | None = None,
+        logprobs: list[TokenLogprob] | None = None,
     ) -> None:
         if req.finished:
             return
@@ -418,12 +461,15 @@ class Engine:
         with self._cv:
             self._by_id.pop(req.request_id, None)
         self.stats.num_finished += 1
-        req.sink(self._output(req, tokens or [], pieces, finished=True, reason=reason, error=error))
+        out = self._output(
+            req, tokens or [], pieces, finished=True, reason=reason, error=error, logprobs=logprobs
+        )
+        req.sink(out)
 
     def _on_preempt(self, req: SchedRequest) -> None:
         self.stats.num_preemptions += 1
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, float]:
         """Counters and queue depths for /health and /metrics."""
         s = self.stats
         return {
@@ -435,4 +481,8 @@ class Engine:
             "generated_tokens": s.num_generated_tokens,
             "finished": s.num_finished,
             "preemptions": s.num_preemptions,
+            "aborted": s.num_aborted,
+            "cache_usage": float(getattr(self.runner, "cache_usage", 0.0)),
+            **prefix_cache_metrics(self.prefix_cache),
+            **self.scheduler.class_readings(),
         }

@@ -4,30 +4,9 @@ The engine takes ``prefix_cache: PrefixCache | None``. With ``None`` every reque
 token 0 and reports ``cached_tokens = 0``; nothing pretends to cache. A real cache implements
 this Protocol and is passed in; the scheduler already calls it at the three points below.
 
-Design note (for the implementer; after the report's §5.4.1 and SGLang's ``MambaRadixCache``):
-
-* K3 state is hybrid. MLA layers keep a latent KV per token in pageable blocks, so any prefix
-  that is a whole number of blocks can be shared by reference (``StatePools.fork`` already
-  shares blocks and copies the tail on write). KDA layers keep one fixed-size recurrent state per
-  request that summarises *all* tokens so far; it cannot be cut back to a shorter prefix. So a
-  reusable prefix needs a KDA checkpoint taken exactly at its end.
-* ``match`` therefore returns the longest prefix for which the tree has both the MLA blocks and a
-  KDA checkpoint: walk the radix tree over token ids by whole blocks, then back off to the
-  deepest node holding a KDA state (a node without one is a tombstone). On a hit it copies the
-  checkpoint into the request's fresh slot (``StatePools.copy_slot``), points the request's
-  block table at the shared blocks (taking references), sets ``state.num_tokens``, and returns
-  that count; the scheduler then prefills only the rest. A full hit must still leave at least
-  one token to compute, because the last token's logits are needed to sample.
-* ``on_prefill_chunk`` is called after every computed chunk; it is where checkpoints are taken.
-  Because a KDA state exists only at chunk ends, where checkpoints can land is set by how the
-  scheduler cuts chunks: ``checkpoint_interval`` (tokens, or ``None``) asks the scheduler to
-  end chunks on multiples of it (vLLM's "align" mode), so long prompts leave periodic
-  checkpoints and a shared system prompt of any length leaves one at its end.
-* ``on_finished`` hands the final state over for insertion (the whole conversation, so a
-  follow-up turn hits) before the engine frees the request. The tree takes its own slot for the
-  checkpoint (copy) and references on the blocks; it never owns the pool's tensors, and evicts
-  KDA checkpoints (tombstoning inner nodes) before MLA blocks, LRU by node, touching only the
-  node actually used on a hit.
+The implementation is :class:`services.model.serving.hybrid_cache.HybridPrefixCache`
+(report §5.4.1: one paged pool, 512-token chained hash blocks inside large pages, sparse KDA
+checkpoints at hash endpoints, two-stage lookup).
 """
 
 from __future__ import annotations
@@ -57,3 +36,37 @@ class PrefixCache(Protocol):
     def on_finished(self, token_ids: Sequence[int], state: Any) -> None:
         """The request is done; insert what is worth keeping before its state is freed."""
         ...
+
+
+#: The prefix-cache readings on /health and /metrics (``k3stack_model_engine_<key>``).
+PREFIX_CACHE_METRICS = {
+    "prefix_cache_hit_tokens": "Prompt tokens restored from the prefix cache since start.",
+    "prefix_cache_lookup_tokens": "Prompt tokens looked up in the prefix cache since start.",
+    "prefix_cache_hit_rate": "Hit tokens over looked-up tokens since start.",
+    "prefix_cache_recomputed_tokens": "Tokens with cached KV recomputed for want of a KDA state.",
+    "prefix_cache_checkpoints": "KDA checkpoints held.",
+    "prefix_cache_checkpoint_bytes": "Bytes of pool pages the KDA checkpoints hold.",
+    "prefix_cache_evicted_pages": "MLA pages evicted since start.",
+    "prefix_cache_evicted_checkpoints": "KDA checkpoints evicted since start.",
+    "prefix_cache_host_write_bytes": "Bytes written back to the host tier since start.",
+    "prefix_cache_host_read_bytes": "Bytes prefetched from the host tier since start.",
+}
+
+
+def prefix_cache_metrics(cache: object | None) -> dict[str, float]:
+    """The readings above for ``cache`` (zeros without a cache, or one without stats)."""
+    stats = getattr(cache, "stats", None)
+    if stats is None:
+        return dict.fromkeys(PREFIX_CACHE_METRICS, 0.0)
+    return {
+        "prefix_cache_hit_tokens": stats.hit_tokens,
+        "prefix_cache_lookup_tokens": stats.lookup_tokens,
+        "prefix_cache_hit_rate": stats.hit_rate,
+        "prefix_cache_recomputed_tokens": stats.recomputed_tokens,
+        "prefix_cache_checkpoints": getattr(cache, "num_checkpoints", 0),
+        "prefix_cache_checkpoint_bytes": getattr(cache, "checkpoint_bytes", 0),
+        "prefix_cache_evicted_pages": stats.evicted_pages,
+        "prefix_cache_evicted_checkpoints": stats.evicted_checkpoints,
+        "prefix_cache_host_write_bytes": stats.host_write_bytes,
+        "prefix_cache_host_read_bytes": stats.host_read_bytes,
+    }

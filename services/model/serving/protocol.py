@@ -1,8 +1,10 @@
 """OpenAI-compatible request and response models (pydantic v2), shared by every backend.
 
-Requests ignore fields they do not know (clients send many optional ones) but reject values they
-cannot honour with a message naming the field, rather than silently doing something else.
-Responses allow extra fields, so a forwarded upstream answer keeps whatever it carried.
+Top-level requests reject fields they do not know (a 400 naming them: a sampling option the engine
+would silently drop is worse than an error), and values they cannot honour, with a message naming
+the field; nested objects (messages, tools) ignore unknown keys, since clients echo back whatever
+an earlier answer carried. Text must be valid Unicode: a lone surrogate (JSON ``"\\ud800"``) is a
+400 naming where it is. Responses allow extra fields, so a forwarded upstream answer keeps them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,19 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from services.model.serving.text_guard import check_unicode
+
+# the platform's one chat-message type, re-exported under the names the backends import
+from shared.chat import ChatMessage, ContentPart, FunctionCall, ToolCall  # noqa: F401
 
 # ----- errors ------------------------------------------------------------------------------------
 
@@ -40,8 +54,10 @@ class OpenAIError(Exception):
         type: str | None = None,
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers
         self.status = status
         self.message = message
         self.type = type or _TYPE_BY_STATUS.get(status, "api_error")
@@ -61,6 +77,7 @@ _TYPE_BY_STATUS = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",
     503: "service_unavailable",
@@ -71,6 +88,18 @@ _TYPE_BY_STATUS = {
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+class _TopRequest(_Request):
+    """A route's body: unknown fields are an error, text must be valid Unicode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        check_unicode(data)
+        return data
 
 
 class _Response(BaseModel):
@@ -96,39 +125,6 @@ class NamedFunction(_Request):
 class NamedToolChoice(_Request):
     type: Literal["function"] = "function"
     function: NamedFunction
-
-
-class FunctionCall(_Request):
-    name: str
-    arguments: str = "{}"
-
-
-class ToolCall(_Request):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class ContentPart(_Request):
-    type: str = "text"
-    text: str | None = None
-
-
-class ChatMessage(_Request):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
-
-    @model_validator(mode="after")
-    def _check_role_fields(self) -> ChatMessage:
-        if self.role == "tool" and not self.tool_call_id:
-            raise ValueError("a 'tool' message needs tool_call_id")
-        if self.role in ("system", "developer", "user") and self.content is None:
-            raise ValueError(f"a {self.role!r} message needs content")
-        return self
 
 
 class JSONSchemaFormat(_Request):
@@ -169,18 +165,51 @@ class Usage(_Response):
     completion_tokens_details: CompletionTokensDetails | None = None
 
 
-class _SamplingFields(_Request):
+MAX_N = 16
+MAX_TOP_LOGPROBS = 20
+_TOKEN_IDS_DOC = (
+    "k3stack extension (vLLM's name): also return the prompt's token ids (`prompt_token_ids`) "
+    "and each choice's generated ids (`token_ids`); decoding them gives the text, and "
+    "tokenising the text again gives the same ids."
+)
+
+
+class _SamplingFields(_TopRequest):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1, description="Keep the k most likely tokens (0/-1: off).")
+    min_p: float | None = Field(
+        None, ge=0.0, le=1.0, description="Drop tokens below min_p x the top probability."
+    )
+    repetition_penalty: float | None = Field(
+        None, gt=0.0, le=10.0, description="Penalise tokens of the prompt and output (1: off)."
+    )
+    logit_bias: dict[str, float] | None = Field(
+        None, description="Token id (as a string) -> bias added to its logit, -100..100."
+    )
     max_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
     stop: str | list[str] | None = None
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    store: bool | None = Field(None, description="Accepted; nothing is stored.")
+    metadata: dict[str, str] | None = Field(None, description="Accepted and ignored.")
+    service_tier: str | None = Field(None, description="Accepted and ignored.")
+    return_token_ids: bool | None = Field(None, description=_TOKEN_IDS_DOC)
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (v or {}).items():
+            if not key.lstrip("-").isdigit():
+                raise ValueError(f"key {key!r} is not a token id")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"bias {bias} for token {key} is outside [-100, 100]")
+        return v
 
     @field_validator("stop")
     @classmethod
@@ -192,20 +221,13 @@ class _SamplingFields(_Request):
             raise ValueError("stop sequences must be non-empty")
         return v
 
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, v: int) -> int:
-        if v != 1:
-            raise ValueError("only n=1 is supported")
-        return v
-
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
 # ----- chat completions -----------------------------------------------------------------------------
 
-ReasoningEffort = Literal["none", "low", "high", "max"]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "max"]
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -217,24 +239,20 @@ class ChatCompletionRequest(_SamplingFields):
     response_format: ResponseFormat | None = None
     reasoning_effort: ReasoningEffort | None = Field(
         None,
-        description="Thinking mode with this effort (low, high, max); 'none' = instruct mode.",
+        description="Thinking mode with this effort (minimal = low, medium, high, max); "
+        "'none' = instruct mode.",
     )
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
-    top_logprobs: int | None = None
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: bool | None) -> bool | None:
-        if v:
-            raise ValueError("logprobs are not supported")
-        return v
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @model_validator(mode="after")
     def _tool_choice_needs_tools(self) -> ChatCompletionRequest:
         if isinstance(self.tool_choice, NamedToolChoice) or self.tool_choice == "required":
             if not self.tools:
                 raise ValueError("tool_choice needs tools")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
         return self
 
     def effective_max_tokens(self) -> int | None:
@@ -253,13 +271,32 @@ _PARSE_ERRORS_DOC = (
     "What did parse is in the message; agents can turn this into an error observation."
 )
 _RAW_DOC = "k3stack extension, with parse_errors: the raw generated text, markers included."
+_STOP_REASON_DOC = "vLLM's extension: the stop string that ended the output, if one did."
+
+
+class TopLogprob(_Response):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprobEntry(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(_Response):
+    """Chat logprobs: one entry per generated token (the model's own distribution)."""
+
+    content: list[TokenLogprobEntry] | None = None
 
 
 class ChatChoice(_Response):
     index: int = 0
     message: ChatCompletionMessage
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
+    token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
 
@@ -276,6 +313,7 @@ class ChatCompletion(_Response):
     choices: list[ChatChoice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    prompt_token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
 
 
 class FunctionCallDelta(_Response):
@@ -301,7 +339,9 @@ class ChatChunkChoice(_Response):
     index: int = 0
     delta: ChatDelta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
+    token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
 
@@ -313,6 +353,7 @@ class ChatCompletionChunk(_Response):
     model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
+    prompt_token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
 
 
 # ----- completions ------------------------------------------------------------------------------------
@@ -324,7 +365,7 @@ class CompletionRequest(_SamplingFields):
         description="A string (XTML markers in it become special tokens) or token ids."
     )
     echo: bool = False
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     suffix: str | None = None
 
     @field_validator("prompt")
@@ -337,13 +378,6 @@ class CompletionRequest(_SamplingFields):
             raise ValueError("prompt must not be empty")
         return v
 
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: int | None) -> int | None:
-        if v:
-            raise ValueError("logprobs are not supported")
-        return v
-
     @field_validator("suffix")
     @classmethod
     def _no_suffix(cls, v: str | None) -> str | None:
@@ -352,11 +386,22 @@ class CompletionRequest(_SamplingFields):
         return v
 
 
+class CompletionLogprobs(_Response):
+    """Completions' logprobs: parallel lists over the generated tokens."""
+
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float]] | None = None
+    text_offset: list[int] = Field(default_factory=list)
+
+
 class CompletionChoice(_Response):
     index: int = 0
     text: str
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
+    token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
+    stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
 
 
 class Completion(_Response):
@@ -366,6 +411,7 @@ class Completion(_Response):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+    prompt_token_ids: list[int] | None = Field(None, description=_TOKEN_IDS_DOC)
 
 
 # ----- models and tokenize ----------------------------------------------------------------------------------
@@ -384,8 +430,12 @@ class ModelList(_Response):
     data: list[ModelCard]
 
 
-class TokenizeRequest(_Request):
-    """Either ``prompt`` (raw text) or ``messages`` (rendered through the chat template)."""
+class TokenizeRequest(_TopRequest):
+    """Either ``prompt`` (raw text) or ``messages`` (rendered through the chat template).
+
+    ``messages`` (with ``tools`` and ``reasoning_effort``) renders exactly the prompt a chat
+    completion with the same fields would run, so its ``count`` is the context a caller spends.
+    """
 
     model: str | None = None
     prompt: str | None = None
@@ -396,6 +446,8 @@ class TokenizeRequest(_Request):
     add_special_tokens: bool = Field(
         True, description="For prompt: turn XTML marker text into special tokens."
     )
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
     def _one_input(self) -> TokenizeRequest:
@@ -409,3 +461,25 @@ class TokenizeResponse(_Response):
     count: int
     max_model_len: int | None = None
     text: str | None = Field(None, description="The rendered prompt (for messages).")
+
+
+class DetokenizeRequest(_TopRequest):
+    model: str | None = None
+    tokens: list[int] = Field(description="Token ids to turn back into text.")
+    skip_special_tokens: bool = False
+
+
+class DetokenizeResponse(_Response):
+    prompt: str
+
+
+def chat_request(body: dict[str, Any]) -> ChatCompletionRequest:
+    """A chat request built from a translated body (Responses, Messages, token counting);
+    invalid fields are a 400 listing each ``field: problem``."""
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise OpenAIError(400, f"invalid request: {problems}") from None

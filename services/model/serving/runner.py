@@ -54,11 +54,11 @@ class ModelRunner(Protocol):
 class K3Runner:
     """``K3ForCausalLM`` + ``StatePools`` behind :class:`ModelRunner`."""
 
-    def __init__(self, model: Any, pools: StatePools, *, max_model_len: int | None = None) -> None:
+    def __init__(self, model: Any, pools: Any, *, max_model_len: int | None = None) -> None:
         self.model = model
         self.pools = pools
         self.vocab_size = int(model.config.vocab_size)
-        capacity = pools.num_blocks * pools.block_size
+        capacity = getattr(pools, "max_tokens", None) or pools.num_blocks * pools.block_size
         self.max_model_len = min(max_model_len or capacity, capacity)
 
     @classmethod
@@ -73,6 +73,7 @@ class K3Runner:
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         seed: int = 0,
+        page_tokens: int = 0,
     ) -> K3Runner:
         """Build the model (checkpoint weights, or random weights from ``seed``) and pools."""
         from services.model.arch.config import K3Config
@@ -85,16 +86,32 @@ class K3Runner:
             config = K3Config.preset(preset)
             model = K3ForCausalLM(config).init_weights(seed)
         model = model.to(device=device).eval()
-        pools = StatePools(config, max_num_seqs, max_pool_tokens, device=device, dtype=dtype)
+        pools: Any
+        if page_tokens:  # the one paged pool the prefix cache works over
+            from services.model.serving.pool import PagedPool
+
+            pools = PagedPool.for_tokens(
+                config, max_tokens=max_pool_tokens, max_requests=max_num_seqs,
+                page_tokens=page_tokens, device=device, dtype=dtype,
+            )  # fmt: skip
+        else:
+            pools = StatePools(config, max_num_seqs, max_pool_tokens, device=device, dtype=dtype)
         log.info(
-            "model ready: preset=%s checkpoint=%s slots=%d pool_tokens=%d",
-            preset, checkpoint, max_num_seqs, pools.num_blocks * pools.block_size,
+            "model ready: preset=%s checkpoint=%s slots=%d pool=%s",
+            preset, checkpoint, max_num_seqs, type(pools).__name__,
         )  # fmt: skip
         return cls(model, pools, max_model_len=max_model_len)
 
     @property
     def num_free_slots(self) -> int:
         return self.pools.num_free_slots
+
+    @property
+    def cache_usage(self) -> float:
+        """Fraction of the latent KV cache blocks (or pool pages) in use (0..1)."""
+        if hasattr(self.pools, "usage"):
+            return float(self.pools.usage)
+        return 1.0 - self.pools.num_free_blocks / self.pools.num_blocks
 
     def allocate(self) -> RequestState:
         return self.pools.allocate()

@@ -7,7 +7,9 @@ Each step builds one ragged batch under a token budget (``max_num_batched_tokens
 2. running requests part-way through their prefill get their next chunk;
 3. waiting requests are admitted, first come first served, while the budget, the sequence limit
    and the state pools allow, each with a first prefill chunk (asking the prefix cache, if any,
-   how much of the prompt it already holds).
+   how much of the prompt it already holds). With admission classes (prompt-length buckets,
+   report §5.4.3) each class also has its own prefill-token budget per step, and a request
+   whose class has spent it waits without holding back requests of other classes.
 
 Admission waits rather than fails: a request that finds no free state slot or too few latent
 blocks stays at the head of the queue until a running request finishes. When a running decode
@@ -20,12 +22,15 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.model.serving.admission import AdmissionClass, parse_admission_classes
 from services.model.serving.prefix_cache import PrefixCache
 from services.model.serving.runner import ModelRunner, PoolExhausted
+
+__all__ = ["AdmissionClass", "Scheduler", "SchedRequest", "parse_admission_classes"]
 
 log = logging.getLogger("k3stack.model.scheduler")
 
@@ -83,6 +88,7 @@ class Scheduler:
         max_num_batched_tokens: int,
         prefix_cache: PrefixCache | None = None,
         on_preempt: Callable[[SchedRequest], None] | None = None,
+        admission_classes: Sequence[AdmissionClass] = (),
     ) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(
@@ -97,6 +103,30 @@ class Scheduler:
         self.waiting: deque[SchedRequest] = deque()
         self.running: list[SchedRequest] = []
         self.num_preemptions = 0
+        self.classes = list(admission_classes)
+        if self.classes and self.classes[-1].max_prompt_tokens is not None:
+            self.classes.append(AdmissionClass(None, max_num_batched_tokens))
+        #: Per class: requests admitted, and request-steps spent waiting (queueing pressure).
+        self.class_admitted = [0] * len(self.classes)
+        self.class_wait_steps = [0] * len(self.classes)
+
+    def class_of(self, req: SchedRequest) -> int:
+        for k, c in enumerate(self.classes):
+            if c.max_prompt_tokens is None or len(req.prompt_ids) <= c.max_prompt_tokens:
+                return k
+        return 0
+
+    def class_readings(self) -> dict[str, float]:
+        """Per admission class: requests waiting now, admitted, and request-steps spent waiting."""
+        out: dict[str, float] = {}
+        waiting = [0] * len(self.classes)
+        for req in self.waiting:
+            waiting[self.class_of(req)] += 1
+        for k in range(len(self.classes)):
+            out[f"class{k}_waiting"] = waiting[k]
+            out[f"class{k}_admitted"] = self.class_admitted[k]
+            out[f"class{k}_wait_steps"] = self.class_wait_steps[k]
+        return out
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -122,10 +152,14 @@ class Scheduler:
     # -- one step ----------------------------------------------------------------------------
 
     def schedule(self) -> list[ScheduledChunk]:
+        begin_step = getattr(self.prefix_cache, "begin_step", None)
+        if begin_step is not None:
+            begin_step()
         budget = self.max_num_batched_tokens
         preemptions_before = self.num_preemptions
         batch: list[ScheduledChunk] = []
         scheduled: set[int] = set()
+        class_left = [c.token_budget for c in self.classes]
 
         # 1. decodes
         for req in list(self.running):
@@ -146,7 +180,10 @@ class Scheduler:
                 break
             if not req.is_prefilling or id(req) in scheduled or req.state is None:
                 continue
-            chunk = self._chunk(req, budget)
+            room = min(budget, class_left[self.class_of(req)]) if self.classes else budget
+            if room <= 0:
+                continue
+            chunk = self._chunk(req, room)
             # Preempting later requests here too means the earliest request always progresses,
             # so prefills can never wait on each other forever.
             taken = self._reserve_preempting(req, len(chunk), scheduled)
@@ -155,12 +192,21 @@ class Scheduler:
             batch.append(ScheduledChunk(req, chunk, taken))
             scheduled.add(id(req))
             budget -= len(chunk)
+            if self.classes:
+                class_left[self.class_of(req)] -= len(chunk)
 
         # 3. admissions (none in a step that had to preempt: memory is short)
         if self.num_preemptions != preemptions_before:
             return batch
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
+        # With admission classes a request whose class has spent its budget waits without
+        # blocking the others behind it; within a class the order stays first come first served.
+        for req in list(self.waiting):
+            if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                break
+            k = self.class_of(req) if self.classes else -1
+            room = min(budget, class_left[k]) if self.classes else budget
+            if room <= 0:
+                continue
             if self.runner.num_free_slots <= 0:
                 break
             try:
@@ -171,30 +217,40 @@ class Scheduler:
             if self.prefix_cache is not None:
                 cached = self.prefix_cache.match(req.all_ids(), state)
             req.state, req.num_computed = state, cached
-            chunk = self._chunk(req, budget)
+            chunk = self._chunk(req, room)
             try:
                 taken = self.runner.reserve(state, len(chunk))
             except PoolExhausted:
                 self.runner.free(state)
                 req.state, req.num_computed = None, 0
                 break
-            self.waiting.popleft()
+            self.waiting.remove(req)
             if not req.admitted_once:
                 req.num_cached, req.admitted_once = cached, True
             self.running.append(req)
             batch.append(ScheduledChunk(req, chunk, taken))
             scheduled.add(id(req))
             budget -= len(chunk)
+            if self.classes:
+                class_left[k] -= len(chunk)
+                self.class_admitted[k] += 1
+        for req in self.waiting if self.classes else ():
+            self.class_wait_steps[self.class_of(req)] += 1
         return batch
 
     def _chunk(self, req: SchedRequest, budget: int) -> list[int]:
         start = req.num_computed
         end = min(req.num_tokens, start + budget)
         interval = getattr(self.prefix_cache, "checkpoint_interval", None)
-        if interval and end < req.num_tokens:
+        # Chunks end on checkpoint multiples, the prompt's last one too: the KDA state exists
+        # only at chunk ends, so a prompt's last hash-aligned state is kept at one more step.
+        if interval:
             aligned = (end // interval) * interval
             if aligned > start:
                 end = aligned
+        chunk_stop = getattr(self.prefix_cache, "chunk_stop", None)
+        if chunk_stop is not None:
+            end = chunk_stop(req.prompt_ids, start, end)
         return [req.token(i) for i in range(start, end)]
 
     def _reserve_preempting(
@@ -217,6 +273,8 @@ class Scheduler:
         """Free ``req``'s state and queue it first; it recomputes its tokens when readmitted."""
         log.info("preempting request %s at %d tokens", req.request_id, req.num_tokens)
         self.running.remove(req)
+        if self.prefix_cache is not None and req.num_computed:
+            self.prefix_cache.on_finished(req.all_ids()[: req.num_computed], req.state)
         self.runner.free(req.state)
         req.state, req.num_computed = None, 0
         req.num_preemptions += 1

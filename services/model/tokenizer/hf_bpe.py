@@ -82,7 +82,9 @@ class HFByteBPETokenizer(Tokenizer):
         if not text:
             return []
         hf = self._hf if allow_special else self._plain
-        return hf.encode(text, add_special_tokens=False).ids
+        # encode_batch releases the GIL while it works (encode holds it throughout), so a long
+        # prompt tokenised in a worker thread leaves the event loop free.
+        return hf.encode_batch([text], add_special_tokens=False)[0].ids
 
     def token_bytes(self, token_id: int) -> bytes:
         return self._bytes[token_id]

@@ -87,10 +87,26 @@ from shared.contracts.sandbox import (
     Template,
 )
 from shared.db import ServiceDatabase
+from shared.netguard import check_allowlist
 from shared.objectstore import ObjectStore
-from shared.settings import SandboxSettings
+from shared.settings import SandboxSettings, get_settings
 
 log = logging.getLogger("k3stack.sandbox")
+
+
+def _deployed_fence(runtime: str, allow: list[str], sandbox: SandboxSettings) -> None:
+    """Deployed mode: no `process` runtime unless enabled, no internal allowlist destinations."""
+    if get_settings().mode != "deployed":
+        return
+    if runtime == "process" and not sandbox.allow_process_runtime:
+        raise Conflict(
+            "unsupported",
+            "runtime 'process' is not a security boundary and is off in deployed mode "
+            "(K3STACK_SANDBOX__ALLOW_PROCESS_RUNTIME=true enables it)",
+        )  # fmt: skip
+    refused = check_allowlist(allow, deployed=True)
+    if refused:
+        raise Invalid("invalid_request", refused)
 
 
 @dataclass
@@ -391,6 +407,7 @@ class SandboxManager:
             requested = template.runtime
         with runtime_errors():
             rt = pick_runtime(requested, self.settings.runtime, self.runtimes)
+        _deployed_fence(rt.name, req.network.allow, self.settings)
         if req.network.mode == "allowlist" and not rt.capabilities.network_allowlist:
             raise Conflict("unsupported",
                 f"runtime {rt.name!r} cannot restrict the network to an allowlist",

@@ -3,30 +3,34 @@
 Advancing the clock is a loop over simulated time, deterministic for a seed:
 
 1. read the action log past the last scan; an action that matches a waiting event's trigger
-   makes it due (at the action's time + delay, or next morning);
+   makes it due (at the action's time + delay, or next morning), and one that matches a due
+   event's ``unless`` before its time averts it;
 2. take the earliest due event (ties by declaration order) at or before the target time;
    before it, evaluate every check declared for a time up to it, and freeze the verdicts;
 3. set the clock to the event's time and run its effects (as actor ``event:<id>``), then
-   re-mark the rows it changed (so collateral checks never blame the agent for them);
+   re-mark the rows it changed (so collateral checks never blame the agent for them); the
+   events waiting on this one (``trigger.after_event``) become due;
 4. repeat until nothing is due before the target; evaluate the remaining checks due by then;
    the clock ends at the target.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, time, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.tools.context import WorldContext, _aware
-from services.tools.events.marks import remark
+from services.tools.events.log import event_seq
+from services.tools.events.marks import WriteTracker
 from services.tools.events.registry import EffectEnv, get_effect, get_predicate
 from services.tools.events.spec import Check, EventSpec, ScenarioInstance, Trigger
 from services.tools.models import ActionRow, CheckResultRow, EventRow, WorldRow
-from services.tools.worlds.store import row_digests
 
 log = logging.getLogger("k3stack.tools.events")
 MAX_EVENTS_PER_ADVANCE = 10_000
@@ -53,10 +57,26 @@ def install(session: Session, world: WorldRow, inst: ScenarioInstance) -> None:
     session.flush()
 
 
+def _trigger(raw: dict[str, Any]) -> Trigger:
+    """A trigger from its JSON (parsed once: specs repeat across every scan)."""
+    key = json.dumps(raw, sort_keys=True)
+    found = _TRIGGERS.get(key)
+    if found is None:
+        found = _TRIGGERS[key] = Trigger.model_validate(raw)
+        if len(_TRIGGERS) > 50_000:
+            _TRIGGERS.clear()
+    return found
+
+
+_TRIGGERS: dict[str, Trigger] = {}
+
+
 def _matches(trigger: Trigger, action: ActionRow) -> bool:
+    if trigger.after_event is not None:
+        return False
     if action.app != trigger.app or action.action != trigger.action:
         return False
-    if trigger.actor != "*" and action.actor != trigger.actor:
+    if not fnmatchcase(action.actor, trigger.actor):
         return False
     if trigger.text_contains:
         text = (
@@ -72,6 +92,13 @@ def _matches(trigger: Trigger, action: ActionRow) -> bool:
         if not all(str(w).lower() in norm for w in wants):
             return False
     return True
+
+
+def _after_since(session: Session, world: WorldRow, trigger: Trigger, action: ActionRow) -> bool:
+    if trigger.since_event is None:
+        return True
+    seq = event_seq(session, world.id, trigger.since_event)
+    return seq is not None and action.seq > seq
 
 
 def _due_time(trigger: Trigger, at: datetime) -> datetime:
@@ -92,24 +119,64 @@ def _scan_triggers(session: Session, world: WorldRow) -> None:
     )
     if not actions:
         return
-    waiting = list(
+    pending = list(
         session.scalars(
             select(EventRow)
-            .where(EventRow.world_id == world.id, EventRow.status == "waiting")
+            .where(EventRow.world_id == world.id, EventRow.status.in_(("waiting", "due")))
             .order_by(EventRow.seq)
         )
     )
     for action in actions:
-        for ev in waiting:
-            if ev.status != "waiting":
-                continue
-            trig = ev.spec.get("trigger")
-            if trig and _matches(Trigger.model_validate(trig), action):
-                ev.status = "due"
-                ev.due_at = _due_time(Trigger.model_validate(trig), action.at)
-                ev.trigger_seq = action.seq
+        for ev in pending:
+            if ev.status == "waiting":
+                trig = ev.spec.get("trigger")
+                if (
+                    trig
+                    and _matches(t := _trigger(trig), action)
+                    and _after_since(session, world, t, action)
+                ):
+                    ev.status = "due"
+                    ev.due_at = _due_time(Trigger.model_validate(trig), action.at)
+                    ev.trigger_seq = action.seq
+            elif ev.status == "due" and ev.spec.get("unless") and ev.due_at is not None:
+                unless = _trigger(ev.spec["unless"])
+                if (
+                    _aware(action.at) <= _aware(ev.due_at)
+                    and _matches(unless, action)
+                    and _after_since(session, world, unless, action)
+                ):
+                    ev.status = "averted"
+                    ev.trigger_seq = action.seq
     world.actions_scanned = actions[-1].seq
     session.flush()
+
+
+def _arm_followers(session: Session, world: WorldRow, fired: EventRow) -> None:
+    """Events waiting on ``fired`` (``trigger.after_event``) become due."""
+    for ev in session.scalars(
+        select(EventRow).where(EventRow.world_id == world.id, EventRow.status == "waiting")
+    ):
+        trig = ev.spec.get("trigger") or {}
+        if trig.get("after_event") == fired.event_id:
+            ev.status = "due"
+            ev.due_at = _due_time(Trigger.model_validate(trig), world.clock)
+
+
+def _timed_checks(session: Session, world_id: str) -> list[tuple[datetime, int, int, str, Check]]:
+    """Every check with a time, in evaluation order; parsed once per session (a world's
+    events and their checks never change after install)."""
+    key = ("engine.timed_checks", world_id)
+    if key not in session.info:
+        out = []
+        for ev in session.scalars(select(EventRow).where(EventRow.world_id == world_id)):
+            for i, raw in enumerate(ev.spec.get("checks", [])):
+                chk = Check.model_validate(raw)
+                if (chk.kind == "judge" and chk.fallback is None) or chk.at is None:
+                    continue
+                out.append((_aware(chk.at), ev.seq, i, ev.event_id, chk))
+        out.sort(key=lambda t: (t[0], t[1], t[2]))
+        session.info[key] = out
+    return session.info[key]
 
 
 def _pending_checks(
@@ -118,26 +185,27 @@ def _pending_checks(
     done = set(
         session.scalars(select(CheckResultRow.check_id).where(CheckResultRow.world_id == world_id))
     )
-    out = []
-    for ev in session.scalars(select(EventRow).where(EventRow.world_id == world_id)):
-        for i, raw in enumerate(ev.spec.get("checks", [])):
-            chk = Check.model_validate(raw)
-            if chk.kind == "judge" or chk.at is None or chk.id in done:
-                continue
-            at = _aware(chk.at)
-            if until is None or at <= until:
-                out.append((at, ev.seq, i, ev.event_id, chk))
-    out.sort(key=lambda t: (t[0], t[1], t[2]))
-    return out
+    return [
+        t
+        for t in _timed_checks(session, world_id)
+        if t[4].id not in done and (until is None or t[0] <= until)
+    ]
 
 
 def evaluate_check(ctx: WorldContext, chk: Check) -> tuple[bool, dict[str, Any]]:
+    """Run the check's predicate (a judge check runs its deterministic fallback)."""
+    kind, args = chk.kind, chk.args
+    if chk.kind == "judge" and chk.fallback is not None:
+        kind, args = chk.fallback.kind, chk.fallback.args
     try:
-        outcome = get_predicate(chk.kind)(ctx, chk.args)
+        outcome = get_predicate(kind)(ctx, args)
     except Exception as exc:  # noqa: BLE001 - a broken check fails, it never breaks the world
         log.exception("check %s raised", chk.id)
         return False, {"error": f"{type(exc).__name__}: {exc}"}
-    return outcome.passed, outcome.detail
+    detail = dict(outcome.detail)
+    if chk.kind == "judge":
+        detail["judged_by"] = "fallback"
+    return outcome.passed, detail
 
 
 def _freeze_checks(session: Session, world: WorldRow, until: datetime) -> int:
@@ -176,17 +244,20 @@ def fire(session: Session, world: WorldRow, ev: EventRow, npc_model_url: str | N
         actor=f"event:{ev.event_id}",
     )
     env = EffectEnv(event_id=ev.event_id, trigger=trigger_payload, npc_model_url=npc_model_url)
-    before = row_digests(session, world.id)
+    tracker = WriteTracker(session)
     try:
-        run_effects(ctx, [e.model_dump() for e in spec.effects], env)
+        with tracker:
+            run_effects(ctx, [e.model_dump() for e in spec.effects], env)
         ev.status = "fired"
     except Exception as exc:  # noqa: BLE001 - a broken event is reported, the world goes on
         log.exception("event %s failed", ev.event_id)
+        session.flush()
         ev.status = "failed"
         ev.spec = ev.spec | {"error": f"{type(exc).__name__}: {exc}"}
     ev.fired_at = world.clock
     session.flush()
-    remark(session, world.id, before, row_digests(session, world.id))
+    tracker.remark(world.id)
+    _arm_followers(session, world, ev)
 
 
 def tick(session: Session, world: WorldRow) -> None:
@@ -268,7 +339,8 @@ def report(session: Session, world: WorldRow) -> dict[str, Any]:
                         "inputs": resolve_inputs(ctx, chk.inputs),
                     }
                 )
-                continue
+                if chk.fallback is None:
+                    continue
             if chk.id in frozen:
                 r = frozen[chk.id]
                 results.append(
@@ -295,7 +367,9 @@ def report(session: Session, world: WorldRow) -> dict[str, Any]:
                         "detail": detail,
                     }
                 )
-        fired = ev.status == "fired"
+        # An averted event (the agent prevented it, e.g. answered before the escalation) is
+        # judged by its checks like one that fired.
+        fired = ev.status in ("fired", "averted")
         events.append(
             {
                 "event_id": ev.event_id,

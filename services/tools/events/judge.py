@@ -14,14 +14,20 @@ from services.tools.context import WorldContext
 
 
 def resolve_inputs(ctx: WorldContext, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each selector's content: a conversation (``thread_of``, ``dm_with``, ``channel``,
+    ``to_any``) through ``say``; anything else through the app's own ``ops.resolve_input``."""
+    from services.tools.db import app_module
+    from services.tools.events.ops.say import CONVERSATION_KEYS
+    from services.tools.events.ops.say import resolve_input as said
+
     out = []
     for spec in inputs:
-        app = spec.get("app")
+        app = str(spec.get("app", ""))
         args = {k: v for k, v in spec.items() if k not in ("app", "select")}
-        items: list[dict[str, Any]] = []
-        if app == "gmail":
-            from services.tools.events.ops.gmail import resolve_input
-
-            items = resolve_input(ctx, args)
+        mod = app_module(app, "ops") if app.isidentifier() else None
+        if CONVERSATION_KEYS & set(args) or not hasattr(mod, "resolve_input"):
+            items = said(ctx, args | ({"app": app} if app else {}))
+        else:
+            items = mod.resolve_input(ctx, args)  # type: ignore[union-attr]
         out.append({"selector": spec, "items": items})
     return out

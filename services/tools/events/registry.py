@@ -1,4 +1,4 @@
-"""Name → behaviour for effects and check predicates; apps add entries in ``events/ops/``.
+"""Name → behaviour for effects and check predicates; apps add entries in their ``ops``.
 
 An effect is ``fn(ctx, args, env) -> None`` (it changes the world through an app's
 ``actions``); a predicate is ``fn(ctx, args) -> Outcome`` (it only reads). Unknown names fail
@@ -57,11 +57,17 @@ def predicate(name: str) -> Callable[[Predicate], Predicate]:
 
 @cache
 def load_ops() -> None:
-    """Import every module of ``services.tools.events.ops`` (each registers its names)."""
+    """Import the core's ops (``services.tools.events.ops``) and every app's ``ops`` and
+    ``npc`` modules (each registers its names), so an app brings its effects and checks in
+    its own folder."""
     import services.tools.events.ops as ops
+    from services.tools.db import app_module, load_apps
 
     for info in pkgutil.iter_modules(ops.__path__):
         importlib.import_module(f"{ops.__name__}.{info.name}")
+    for app in load_apps():
+        for name in ("ops", "npc"):
+            app_module(app, name)
 
 
 def get_effect(name: str) -> Effect:

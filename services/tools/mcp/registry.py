@@ -3,13 +3,12 @@
 A tool is a name (as the public MCP servers for the app spell it), a description, a pydantic
 model for its arguments (its JSON schema is the ``inputSchema`` agents see) and a handler
 ``fn(ctx, args) -> JSON`` that calls the app's ``actions``. Tool modules register themselves
-with :func:`tool`; :func:`tools_for` imports them on first use (no import-time side effects
-elsewhere), skipping an app whose actions are not there.
+with :func:`tool` from each app's ``tools`` module; :func:`tools_for` imports them on first use
+(no import-time side effects elsewhere).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -18,8 +17,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from services.tools.context import WorldContext
-
-APPS = ("slack", "notion", "calendar", "gmail")
 
 
 @dataclass(frozen=True)
@@ -67,20 +64,23 @@ def tool(
 
 @cache
 def _load(app: str) -> bool:
-    try:
-        importlib.import_module(f"services.tools.mcp.{app}_tools")
-    except ModuleNotFoundError as exc:
-        # An app that has not landed (its actions module is missing) serves no tools.
-        if exc.name and exc.name.startswith(f"services.tools.apps.{app}"):
-            return False
-        raise
-    return True
+    """Import the app's ``tools`` module (``services/tools/apps/<app>/tools.py``)."""
+    from services.tools.db import app_module
+
+    return app_module(app, "tools") is not None
 
 
-def tools_for(apps: tuple[str, ...] = APPS) -> dict[str, Tool]:
+def tool_apps() -> tuple[str, ...]:
+    """Every app that serves MCP tools, found by folder."""
+    from services.tools.db import app_names
+
+    return tuple(a for a in app_names() if _load(a))
+
+
+def tools_for(apps: tuple[str, ...] | None = None) -> dict[str, Tool]:
     """Every tool of ``apps``, by name, in a stable order (app, then registration)."""
     out: dict[str, Tool] = {}
-    for app in apps:
+    for app in apps if apps is not None else tool_apps():
         if _load(app):
             out.update(_REGISTRY.get(app, {}))
     return out

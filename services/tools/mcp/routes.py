@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from services.tools.context import WorldCtx
-from services.tools.mcp.registry import APPS, tools_for
-from services.tools.mcp.serial import world_lock
+from services.tools.mcp.registry import tool_apps, tools_for
 from services.tools.mcp.server import INVALID_REQUEST, PARSE_ERROR, _error, handle
+from services.tools.serial import world_lock
 
 router = APIRouter(prefix="/worlds/{world_id}/mcp", tags=["mcp"])
 
@@ -49,15 +49,16 @@ async def _answer(ctx: Any, tools: Any, message: Any) -> Response:
 @router.post("", operation_id="mcp_all")
 async def mcp_all(ctx: WorldCtx, request: Request) -> Response:
     """MCP streamable HTTP endpoint with every app's tools."""
-    return await _serve(ctx, request, APPS)
+    return await _serve(ctx, request, tool_apps())
 
 
 @router.post("/{app}", operation_id="mcp_app")
 async def mcp_app(ctx: WorldCtx, app: str, request: Request) -> Response:
     """MCP streamable HTTP endpoint with one app's tools (slack, notion, calendar, gmail)."""
-    if app not in APPS:
+    if app not in tool_apps():
+        known = ", ".join(tool_apps())
         return JSONResponse(
-            _error(None, INVALID_REQUEST, f"unknown app {app!r}; use one of {', '.join(APPS)}"),
+            _error(None, INVALID_REQUEST, f"unknown app {app!r}; use one of {known}"),
             status_code=404,
         )
     return await _serve(ctx, request, (app,))

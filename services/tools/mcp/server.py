@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from services.tools.context import WorldContext
 from services.tools.mcp.registry import Tool
-from services.tools.mcp.serial import retry_sync
+from services.tools.serial import retry_sync
 
 log = logging.getLogger("k3stack.tools.mcp")
 
@@ -70,7 +70,10 @@ def call_tool(ctx: WorldContext, tool: Tool, arguments: Any) -> dict[str, Any]:
 
     def attempt() -> Any:
         out = tool.handler(ctx, args)
-        ctx.session.commit()
+        if tool.read_only:
+            ctx.session.rollback()  # a read never changes the world, by construction
+        else:
+            ctx.session.commit()
         return out
 
     try:

@@ -1,10 +1,10 @@
-"""The scenario contract: ``build(seed)`` makes a concrete instance, ``solve`` is its oracle.
+"""The scenario contract: ``build(seed)`` makes a concrete instance; its oracle proves it.
 
-A scenario is a Python class (readable as a story: people, setup, then one ``EventSpec`` per
-thing that happens) built from a seeded :class:`~services.tools.scenarios.generator.Gen`, so
-every seed is a new instance with the same structure. ``solve(inst, api)`` is the scripted
-expert: it works only through the apps' HTTP APIs and the world clock, like an agent would,
-and proves every check satisfiable.
+Library scenarios are :class:`SpecScenario` s: a :class:`~services.tools.scenarios.dsl.
+ScenarioSpec` (YAML under ``library/``) compiled per seed by the DSL, so every seed is a new
+instance with the same structure. A Python scenario subclasses :class:`Scenario` directly.
+The oracle (``scenarios.oracle.run_oracle``) solves any instance through any driver
+(in-process or HTTP) and returns the concrete tool-call plan it executed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from services.tools.events.spec import ScenarioInstance
 
 if TYPE_CHECKING:
-    from services.tools.scenarios.api import WorldAPI
+    from services.tools.scenarios.dsl import ScenarioSpec
 
 
 class Scenario(ABC):
@@ -28,9 +28,18 @@ class Scenario(ABC):
     def build(self, seed: int) -> ScenarioInstance:
         """The instance for ``seed``: same seed, same instance, always."""
 
-    def solve(self, inst: ScenarioInstance, api: WorldAPI) -> None:
-        """Oracle solver: act through ``api`` until ``inst.end``. The default replays the
-        instance's per-event steps as each event fires (``story.run_oracle``)."""
-        from services.tools.scenarios.story import run_oracle
 
-        run_oracle(inst.oracle, inst.end, api)
+class SpecScenario(Scenario):
+    """A scenario written in the DSL (see ``dsl.py``)."""
+
+    def __init__(self, spec: ScenarioSpec) -> None:
+        self.spec = spec
+        self.name = spec.name  # type: ignore[misc]
+        self.title = spec.title  # type: ignore[misc]
+        self.domain = spec.domain  # type: ignore[misc]
+        self.description = spec.description  # type: ignore[misc]
+
+    def build(self, seed: int) -> ScenarioInstance:
+        from services.tools.scenarios.compiler import compile_spec
+
+        return compile_spec(self.spec, seed)

@@ -3,12 +3,7 @@ events and checks; plus the scenario catalogue."""
 
 from __future__ import annotations
 
-import re
-from datetime import datetime, timedelta
-from typing import Any
-
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, Field, field_validator, model_validator
 from sqlalchemy import select
 
 from services.tools.context import WorldRoute, _aware
@@ -16,94 +11,31 @@ from services.tools.events import engine
 from services.tools.models import EventRow, SnapshotRow, WorldRow
 from services.tools.scenarios import SCENARIOS, get_scenario
 from services.tools.worlds import service
+from shared.contracts.tools import (
+    MAX_ADVANCE,
+    AdvanceBody,
+    AdvanceResult,
+    ChecksReport,
+    Clock,
+    EventInfo,
+    EventList,
+    OraclePlan,
+    RestoreBody,
+    ScenarioInstance,
+    ScenarioList,
+    ScenarioSummary,
+    Snapshot,
+    SnapshotCreate,
+    World,
+    WorldCreate,
+    WorldState,
+    parse_duration,
+)
 from shared.db import ServiceDatabase
 from shared.errors import APIError, bad_request
 
 # WorldRoute: a clock advance or snapshot never races the same world's app calls.
 router = APIRouter(tags=["worlds"], route_class=WorldRoute)
-MAX_ADVANCE = timedelta(days=3660)
-
-
-class WorldCreate(BaseModel):
-    scenario: str = Field("empty", min_length=1, max_length=128)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-
-
-class World(BaseModel):
-    id: str
-    scenario: str
-    seed: int
-    created_at: datetime
-    clock: datetime
-    parent_id: str | None = None
-    token: str | None = Field(None, description="World token; returned once, at creation/fork.")
-
-
-class Snapshot(BaseModel):
-    id: str
-    world_id: str
-    created_at: datetime
-    clock: datetime
-    label: str | None
-    state_hash: str = Field(description="full_hash of the world when the snapshot was taken")
-    size: int
-
-
-class SnapshotCreate(BaseModel):
-    label: str | None = Field(None, max_length=128)
-
-
-class RestoreBody(BaseModel):
-    snapshot_id: str = Field(min_length=1, max_length=64)
-
-
-class Clock(BaseModel):
-    world_id: str
-    now: datetime
-
-
-_DUR = re.compile(r"^(\d{1,7})\s*([smhdw])$")
-_ISO = re.compile(r"^P(?:(\d{1,5})D)?(?:T(?:(\d{1,6})H)?(?:(\d{1,7})M)?(?:(\d{1,9})S)?)?$")
-
-
-def parse_duration(value: str | float | int) -> timedelta:
-    """Seconds (number), ``90m`` / ``3h`` / ``2d`` / ``1w``, or ISO 8601 ``P1DT2H``."""
-    if isinstance(value, bool):
-        raise ValueError("a duration, not a boolean")
-    if isinstance(value, int | float):
-        if value < 0 or value > MAX_ADVANCE.total_seconds():
-            raise ValueError("out of range")
-        return timedelta(seconds=value)
-    s = value.strip()
-    if m := _DUR.match(s):
-        n, unit = int(m.group(1)), m.group(2)
-        return timedelta(
-            **{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[unit]: n}
-        )
-    if (m := _ISO.match(s.upper())) and s.upper() not in ("P", "PT"):
-        d, h, mi, sec = (int(x or 0) for x in m.groups())
-        return timedelta(days=d, hours=h, minutes=mi, seconds=sec)
-    raise ValueError("use seconds, '90m', '3h', '2d', '1w' or ISO 8601 like 'P1DT2H'")
-
-
-class AdvanceBody(BaseModel):
-    to: datetime | None = Field(None, description="Absolute simulated time (ISO 8601).")
-    by: str | float | None = Field(
-        None, description="Relative: seconds, '90m', '3h', '2d', or ISO 8601 'PT2H'."
-    )
-
-    @field_validator("by")
-    @classmethod
-    def _by(cls, v: str | float | None) -> str | float | None:
-        if v is not None:
-            parse_duration(v)
-        return v
-
-    @model_validator(mode="after")
-    def _one(self) -> AdvanceBody:
-        if (self.to is None) == (self.by is None):
-            raise ValueError("give exactly one of 'to' and 'by'")
-        return self
 
 
 def _db(request: Request) -> ServiceDatabase:
@@ -226,16 +158,21 @@ def fork_world(world_id: str, request: Request) -> World:
         return _world_out(row, token)
 
 
-@router.get("/worlds/{world_id}/state", operation_id="getWorldState")
+@router.get(
+    "/worlds/{world_id}/state",
+    response_model=WorldState,
+    response_model_exclude_unset=True,  # no "tables" key when asked without them
+    operation_id="getWorldState",
+)
 def world_state(
     world_id: str,
     request: Request,
     tables: bool = Query(True, description="Include raw rows per table."),
-) -> dict[str, Any]:
+) -> WorldState:
     """The world's state for verifiers: per-app exports, raw rows, ``state_hash`` (app rows)
     and ``full_hash`` (everything, clock and pending events included)."""
     with _db(request).session() as s:
-        return service.export_state(s, world_id, include_tables=tables)
+        return WorldState.model_validate(service.export_state(s, world_id, include_tables=tables))
 
 
 @router.get("/worlds/{world_id}/clock", response_model=Clock, operation_id="getClock")
@@ -244,8 +181,10 @@ def get_clock(world_id: str, request: Request) -> Clock:
         return Clock(world_id=world_id, now=_aware(service.get_world(s, world_id).clock))
 
 
-@router.post("/worlds/{world_id}/clock/advance", operation_id="advanceClock")
-def advance_clock(world_id: str, body: AdvanceBody, request: Request) -> dict[str, Any]:
+@router.post(
+    "/worlds/{world_id}/clock/advance", response_model=AdvanceResult, operation_id="advanceClock"
+)
+def advance_clock(world_id: str, body: AdvanceBody, request: Request) -> AdvanceResult:
     """Move simulated time forward, firing every due event in order (see events.engine)."""
     with _db(request).session() as s:
         world = service.get_world(s, world_id)
@@ -262,63 +201,90 @@ def advance_clock(world_id: str, body: AdvanceBody, request: Request) -> dict[st
         if target - now > MAX_ADVANCE:
             raise bad_request("advance at most 3660 days at a time")
         out = engine.advance(s, world, target, _npc_url(request))
-        return {
-            "world_id": world_id,
-            "now": out["clock"],
-            "fired": out["fired"],
-            "checks_evaluated": out["checks_evaluated"],
-        }
+        return AdvanceResult(
+            world_id=world_id,
+            now=out["clock"],
+            fired=out["fired"],
+            checks_evaluated=out["checks_evaluated"],
+        )
 
 
-@router.get("/worlds/{world_id}/events", operation_id="listEvents")
-def list_events(world_id: str, request: Request) -> dict[str, Any]:
+@router.get("/worlds/{world_id}/events", response_model=EventList, operation_id="listEvents")
+def list_events(world_id: str, request: Request) -> EventList:
     with _db(request).session() as s:
         service.get_world(s, world_id)
         rows = s.scalars(
             select(EventRow).where(EventRow.world_id == world_id).order_by(EventRow.seq)
         )
-        return {
-            "events": [
-                {
-                    "event_id": r.event_id,
-                    "title": r.spec.get("title"),
-                    "status": r.status,
-                    "due_at": _aware(r.due_at) if r.due_at else None,
-                    "fired_at": _aware(r.fired_at) if r.fired_at else None,
-                    "trigger": r.spec.get("trigger"),
-                    "error": r.spec.get("error"),
-                }
+        return EventList(
+            events=[
+                EventInfo(
+                    event_id=r.event_id,
+                    title=r.spec.get("title"),
+                    status=r.status,
+                    due_at=_aware(r.due_at) if r.due_at else None,
+                    fired_at=_aware(r.fired_at) if r.fired_at else None,
+                    trigger=r.spec.get("trigger"),
+                    error=r.spec.get("error"),
+                )
                 for r in rows
             ]
-        }
+        )
 
 
-@router.get("/worlds/{world_id}/checks", operation_id="getChecks")
-def get_checks(world_id: str, request: Request) -> dict[str, Any]:
+@router.get("/worlds/{world_id}/checks", response_model=ChecksReport, operation_id="getChecks")
+def get_checks(world_id: str, request: Request) -> ChecksReport:
     """Each event's verdict (deterministic checks) and the model-judged checks, with their
     rubric and resolved inputs, for the verifier."""
     with _db(request).session() as s:
         world = service.get_world(s, world_id)
-        out = engine.report(s, world)
+        out = ChecksReport.model_validate(engine.report(s, world))
         s.rollback()  # evaluation only reads; never let it write
         return out
 
 
-@router.get("/scenarios", operation_id="listScenarios")
-def list_scenarios() -> dict[str, Any]:
-    return {
-        "scenarios": [
-            {"name": sc.name, "title": sc.title, "domain": sc.domain, "description": sc.description}
+@router.get("/scenarios", response_model=ScenarioList, operation_id="listScenarios")
+def list_scenarios() -> ScenarioList:
+    return ScenarioList(
+        scenarios=[
+            ScenarioSummary(
+                name=sc.name, title=sc.title, domain=sc.domain, description=sc.description
+            )
             for sc in SCENARIOS.values()
         ]
-    }
+    )
 
 
-@router.get("/scenarios/{name}", operation_id="getScenario")
-def scenario_instance(name: str, seed: int = Query(0, ge=0, le=2**31 - 1)) -> dict[str, Any]:
+@router.get("/scenarios/{name}", response_model=ScenarioInstance, operation_id="getScenario")
+def scenario_instance(name: str, seed: int = Query(0, ge=0, le=2**31 - 1)) -> ScenarioInstance:
     """The scenario made concrete for ``seed``: setup, events, checks (what a world runs)."""
     try:
         sc = get_scenario(name)
     except KeyError as exc:
         raise APIError(404, "unknown_scenario", str(exc.args[0])) from None
-    return sc.build(seed).model_dump(mode="json")
+    return sc.build(seed)
+
+
+@router.get("/scenarios/{name}/oracle", response_model=OraclePlan, operation_id="getOraclePlan")
+def oracle_plan(
+    name: str, request: Request, seed: int = Query(0, ge=0, le=2**31 - 1)
+) -> OraclePlan:
+    """The scenario's oracle as MCP tool calls at simulated times, for ``seed``: replayed in
+    order against a fresh world of this scenario and seed (advancing the clock to each
+    step's ``at``, then to ``end``), it passes every event. Computed by running the oracle in
+    a scratch world, which is deleted afterwards."""
+    try:
+        sc = get_scenario(name)
+    except KeyError as exc:
+        raise APIError(404, "unknown_scenario", str(exc.args[0])) from None
+    from services.tools.scenarios.drive import LocalDriver
+    from services.tools.scenarios.oracle import run_oracle
+
+    inst = sc.build(seed)
+    driver = LocalDriver.create(_db(request), name, seed)
+    try:
+        steps = run_oracle(driver, inst)
+    finally:
+        with _db(request).session() as s:
+            service.delete_world(s, driver.world_id)
+    return OraclePlan(scenario=name, seed=seed, end=inst.end, steps=steps)

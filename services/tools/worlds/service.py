@@ -78,6 +78,10 @@ def create_world(
         [e.model_dump() for e in inst.setup],
         engine.EffectEnv(event_id="setup", npc_model_url=npc_model_url),
     )
+    for app in load_apps():  # apps the scenario left alone still exist (reads never write)
+        mod = app_module(app, "state")
+        if mod is not None and hasattr(mod, "ensure_setup"):
+            mod.ensure_setup(ctx)
     engine.install(session, world, inst)
     engine._scan_triggers(session, world)  # setup's own actions never trigger events
     mark_all(session, world.id)

@@ -25,6 +25,7 @@ def _reference(s: ModelSettings) -> Backend:
 
         from services.model.serving.engine import Engine
         from services.model.serving.runner import K3Runner
+        from services.model.serving.scheduler import parse_admission_classes
 
         if s.num_threads:
             torch.set_num_threads(s.num_threads)
@@ -37,7 +38,19 @@ def _reference(s: ModelSettings) -> Backend:
             device=s.device,
             dtype=getattr(torch, s.dtype),
             seed=s.seed,
+            page_tokens=s.page_tokens if s.prefix_cache else 0,
         )
+        prefix_cache = None
+        if s.prefix_cache:
+            from services.model.serving.hybrid_cache import HybridPrefixCache
+            from services.model.tokenizer.base import END_OF_MSG
+
+            prefix_cache = HybridPrefixCache(
+                runner.pools,
+                hash_block=s.hash_block_tokens,
+                turn_end_ids=[tokenizer.special_id(END_OF_MSG)],
+                host_tier_bytes=s.host_tier_bytes,
+            )
         if runner.vocab_size < tokenizer.vocab_size:
             raise ValueError(
                 f"the model's vocab ({runner.vocab_size}) is smaller than the tokenizer's "
@@ -48,6 +61,11 @@ def _reference(s: ModelSettings) -> Backend:
             tokenizer,
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
+            max_queued_requests=s.max_queued_requests,
+            prefix_cache=prefix_cache,
+            admission_classes=parse_admission_classes(
+                s.admission_classes, s.max_num_batched_tokens
+            ),
         )
 
     return ReferenceBackend(

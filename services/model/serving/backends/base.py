@@ -13,6 +13,8 @@ from services.model.serving.protocol import (
     ChatCompletionRequest,
     Completion,
     CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
     ModelCard,
     OpenAIError,
     TokenizeRequest,
@@ -71,6 +73,11 @@ class Backend(ABC):
 
     async def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
         raise OpenAIError(501, f"the {self.name} engine does not tokenize", code="not_implemented")
+
+    async def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
+        raise OpenAIError(
+            501, f"the {self.name} engine does not detokenize", code="not_implemented"
+        )
 
     def health(self) -> dict[str, Any]:
         return {"engine": self.name}

@@ -1,4 +1,5 @@
-"""The ``openai`` backend: forward to any OpenAI-compatible endpoint with httpx, streaming too.
+"""The ``openai`` backend: forward to any OpenAI-compatible endpoint with httpx, streaming too
+(server-sent events read with httpx-sse).
 
 Requests are re-serialised from the validated models (so the upstream sees a clean body), with
 ``model`` mapped to ``upstream_model``; answers come back with ``model`` set to this server's
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import httpx
+from httpx_sse import EventSource, SSEError
 from pydantic import BaseModel, ValidationError
 
 from services.model.serving.backends.base import Backend
@@ -123,10 +125,10 @@ class OpenAIProxyBackend(Backend):
         try:
             if resp.status_code >= 400:
                 raise _upstream_error(resp, await resp.aread())
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue  # blank separators, comments, event names
-                data = line[5:].strip()
+            async for event in EventSource(resp).aiter_sse():
+                data = event.data.strip()
+                if not data:
+                    continue
                 if data == "[DONE]":
                     break
                 try:
@@ -145,7 +147,7 @@ class OpenAIProxyBackend(Backend):
                 if hasattr(item, "model"):
                     item.model = self.served_model_name  # type: ignore[attr-defined]
                 yield item
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, SSEError) as exc:
             raise OpenAIError(502, f"upstream stream broke: {exc}", type="upstream_error") from exc
         finally:
             await cm.__aexit__(None, None, None)

@@ -6,10 +6,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from services.model.serving.backends.base import Backend
 from services.model.serving.engine import Engine, EngineError, EngineOutput, RequestStream
+from services.model.serving.metrics import RequestMetrics
 from services.model.serving.parser import (
     ContentDelta,
     Event,
@@ -27,10 +30,14 @@ from services.model.serving.protocol import (
     ChatCompletionMessage,
     ChatCompletionRequest,
     ChatDelta,
+    ChoiceLogprobs,
     Completion,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     CompletionTokensDetails,
+    DetokenizeRequest,
+    DetokenizeResponse,
     FunctionCall,
     FunctionCallDelta,
     ModelCard,
@@ -38,12 +45,16 @@ from services.model.serving.protocol import (
     PromptTokensDetails,
     TokenizeRequest,
     TokenizeResponse,
+    TokenLogprobEntry,
     ToolCall,
     ToolCallDelta,
+    TopLogprob,
     Usage,
+    chat_request,
     new_id,
 )
-from services.model.serving.sampling import SamplingParams
+from services.model.serving.sampling import LogitsProcessor, SamplingParams, TokenLogprob
+from services.model.serving.structured import Constraint, StructuredOutputError, chat_constraint
 from services.model.serving.template import Rendered, TemplateError, render_chat
 from services.model.tokenizer.base import END_OF_MSG, Tokenizer, TokenizerError
 
@@ -53,18 +64,81 @@ DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 1.0
 
 
-def _usage(out: EngineOutput | None, reasoning_tokens: int = 0) -> Usage:
-    prompt = out.num_prompt_tokens if out else 0
-    completion = out.num_output_tokens if out else 0
+SEED_SPACE = 2**64
+EFFORT_ALIASES = {"minimal": "low"}
+
+
+def _usage(outs: list[EngineOutput | None], reasoning_tokens: int = 0) -> Usage:
+    """Usage of one prompt's choices: the prompt counted once, the completions summed."""
+    first = next((o for o in outs if o is not None), None)
+    prompt = first.num_prompt_tokens if first else 0
+    completion = sum(o.num_output_tokens for o in outs if o is not None)
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=prompt + completion,
         prompt_tokens_details=PromptTokensDetails(
-            cached_tokens=out.num_cached_tokens if out else 0
+            cached_tokens=first.num_cached_tokens if first else 0
         ),
         completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning_tokens),
     )
+
+
+@dataclass
+class _Prompt:
+    """A request's prompt, rendered and tokenised off the event loop."""
+
+    ids: list[int]
+    stop_ids: list[int]
+    rendered: Rendered | None = None
+    text: str = ""
+    constraint: Constraint | None = None
+
+
+@dataclass
+class _Run:
+    """What one choice produced."""
+
+    last: EngineOutput | None = None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+
+
+async def merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[Any]:
+    """Items of several async iterators as they come; the first error stops them all."""
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    done = object()
+
+    async def pump(stream: AsyncIterator[Any]) -> None:
+        try:
+            async for item in stream:
+                await queue.put((0, item))
+        except Exception as exc:  # noqa: BLE001 - re-raised in the consumer
+            await queue.put((1, exc))
+        finally:
+            await queue.put((0, done))
+
+    tasks = [asyncio.create_task(pump(s)) for s in streams]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            failed, item = await queue.get()
+            if failed:
+                raise item
+            if item is done:
+                remaining -= 1
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for s in streams:
+            aclose = getattr(s, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 def _finish_reason(reason: str | None, parsed: ParsedMessage | None) -> str:
@@ -137,6 +211,7 @@ class ReferenceBackend(Backend):
         self._engine_factory = engine_factory
         self.engine: Engine | None = None
         self.default_max_tokens = default_max_tokens
+        self.metrics: RequestMetrics | None = None
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -167,10 +242,39 @@ class ReferenceBackend(Backend):
             raise OpenAIError(503, "the model is still loading", code="not_ready")
         return self.engine
 
+    @cached_property
+    def max_token_bytes(self) -> int:
+        """The longest byte string one ordinary token stands for."""
+        tok = self.tokenizer
+        return max(
+            (len(tok.token_bytes(i)) for i in range(tok.vocab_size) if not tok.is_special(i)),
+            default=1,
+        )
+
+    def _check_text_length(self, text: str, param: str) -> None:
+        """Refuse text that cannot fit the context before spending time tokenising it.
+
+        Every ordinary token stands for at most ``max_token_bytes`` bytes and every character is
+        at least one byte, so more than ``max_model_len * max_token_bytes`` characters is more
+        than ``max_model_len`` tokens, whatever the text.
+        """
+        if self.engine is None:
+            return
+        limit = self.engine.max_model_len
+        if len(text) > limit * self.max_token_bytes:
+            raise OpenAIError(
+                400,
+                f"this model's maximum context length is {limit} tokens; the {param} has "
+                f"{len(text)} characters, more than {limit} tokens of {self.max_token_bytes} "
+                "bytes at most each",
+                param=param,
+                code="context_length_exceeded",
+            )
+
     def _render(
         self, req: ChatCompletionRequest, *, add_generation_prompt: bool = True
     ) -> Rendered:
-        effort = req.reasoning_effort
+        effort = EFFORT_ALIASES.get(req.reasoning_effort or "", req.reasoning_effort)
         try:
             return render_chat(
                 [m.model_dump(exclude_none=True) for m in req.messages],
@@ -193,7 +297,15 @@ class ReferenceBackend(Backend):
         except TemplateError as exc:
             raise OpenAIError(400, str(exc), param=str(exc).split(":", 1)[0]) from exc
 
-    def _params(self, req: ChatCompletionRequest | CompletionRequest, stop_ids: list[int]):
+    def _params(
+        self,
+        req: ChatCompletionRequest | CompletionRequest,
+        stop_ids: list[int],
+        *,
+        logprobs: int | None,
+        index: int = 0,
+        processor: LogitsProcessor | None = None,
+    ) -> SamplingParams:
         max_tokens = (
             req.effective_max_tokens() if isinstance(req, ChatCompletionRequest) else req.max_tokens
         )
@@ -201,15 +313,30 @@ class ReferenceBackend(Backend):
             engine = self._engine()
             max_tokens = self.default_max_tokens
             max_tokens = max(1, min(max_tokens, engine.max_model_len - 1))
+        bias: dict[int, float] = {}
+        vocab = self._engine().vocab_limit
+        for key, value in (req.logit_bias or {}).items():
+            tid = int(key)
+            if not 0 <= tid < vocab:
+                raise OpenAIError(
+                    400, f"logit_bias: token id {tid} is not in [0, {vocab})", param="logit_bias"
+                )
+            bias[tid] = value
         return SamplingParams(
             max_tokens=max_tokens,  # type: ignore[arg-type]  # None: engine fills to context
             temperature=DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
             top_p=DEFAULT_TOP_P if req.top_p is None else req.top_p,
-            seed=req.seed,
+            top_k=max(0, req.top_k or 0),
+            min_p=req.min_p or 0.0,
+            repetition_penalty=req.repetition_penalty or 1.0,
+            logit_bias=bias,
+            seed=None if req.seed is None else (req.seed + index) % SEED_SPACE,
             stop=req.stop_list(),
             stop_token_ids=stop_ids,
             frequency_penalty=req.frequency_penalty,
             presence_penalty=req.presence_penalty,
+            logprobs=logprobs,
+            logits_processor=processor,
         )
 
     def _start(self, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
@@ -217,9 +344,51 @@ class ReferenceBackend(Backend):
         try:
             return engine.stream(prompt_ids, params)
         except EngineError as exc:
-            raise OpenAIError(400, str(exc), param=exc.param, code=exc.code) from exc
+            raise OpenAIError(
+                exc.status,
+                str(exc),
+                param=exc.param,
+                code=exc.code,
+                headers={"Retry-After": "1"} if exc.status == 429 else None,
+            ) from exc
 
-    def _chat_prompt(self, req: ChatCompletionRequest) -> tuple[Rendered, list[int], list[int]]:
+    async def _start_all(
+        self, prompt_ids: list[int], params: list[SamplingParams]
+    ) -> list[RequestStream]:
+        """Submit every choice, or none: if one is refused (e.g. 429), abort those already in."""
+        streams: list[RequestStream] = []
+        try:
+            for p in params:
+                streams.append(self._start(prompt_ids, p))
+        except BaseException:
+            for stream in streams:
+                await stream.aclose()
+            raise
+        return streams
+
+    async def _outputs(self, stream: RequestStream) -> AsyncIterator[EngineOutput]:
+        """The stream's outputs, timed for ``/metrics``; closes it however the caller stops."""
+        started = time.monotonic()
+        last_at: float | None = None
+        try:
+            async for out in stream:
+                now = time.monotonic()
+                if self.metrics is not None and out.token_ids:
+                    if last_at is None:
+                        self.metrics.ttft.observe(now - started)
+                    else:
+                        self.metrics.inter_token.observe(now - last_at)
+                    last_at = now
+                if out.finished and self.metrics is not None:
+                    self.metrics.e2e.observe(now - started)
+                    if out.queue_time_s is not None:
+                        self.metrics.queue_time.observe(out.queue_time_s)
+                    self.metrics.finished.labels(reason=out.finish_reason or "stop").inc()
+                yield out
+        finally:
+            await stream.aclose()
+
+    def _chat_prompt_sync(self, req: ChatCompletionRequest) -> _Prompt:
         if not self.tokenizer.has_xtml():
             raise OpenAIError(
                 500,
@@ -228,32 +397,66 @@ class ReferenceBackend(Backend):
                 code="template_unavailable",
             )
         rendered = self._render(req)
+        self._check_text_length(rendered.text, "messages")
         try:
             ids = rendered.token_ids(self.tokenizer)
         except TokenizerError as exc:
             raise OpenAIError(500, str(exc)) from exc
-        return rendered, ids, [self.tokenizer.special_id(END_OF_MSG)]
+        try:
+            constraint = chat_constraint(req, rendered.mode, self.tokenizer)
+        except StructuredOutputError as exc:
+            raise OpenAIError(400, str(exc), param="response_format") from exc
+        stop_ids = [self.tokenizer.special_id(END_OF_MSG)]
+        return _Prompt(ids, stop_ids, rendered, rendered.text, constraint)
+
+    async def _chat_prompt(self, req: ChatCompletionRequest) -> _Prompt:
+        return await asyncio.to_thread(self._chat_prompt_sync, req)
+
+    @staticmethod
+    def _processor(req: ChatCompletionRequest, prompt: _Prompt) -> LogitsProcessor | None:
+        """A fresh matcher of the grammar enforcing ``tool_choice`` / ``response_format``."""
+        return prompt.constraint.processor() if prompt.constraint is not None else None
+
+    def _token_entry(self, lp: TokenLogprob) -> TokenLogprobEntry:
+        def top(tid: int, value: float) -> TopLogprob:
+            raw = self.tokenizer.token_bytes(tid)
+            return TopLogprob(
+                token=raw.decode("utf-8", errors="replace"), logprob=value, bytes=list(raw)
+            )
+
+        head = top(lp.token_id, lp.logprob)
+        return TokenLogprobEntry(**head.model_dump(), top_logprobs=[top(t, v) for t, v in lp.top])
 
     # -- chat -------------------------------------------------------------------------------------
 
-    async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
-        rendered, ids, stop_ids = self._chat_prompt(req)
-        stream = self._start(ids, self._params(req, stop_ids))
-        parser = StreamParser(rendered.mode)
-        last: EngineOutput | None = None
-        reasoning_tokens = 0
-        try:
-            async for out in stream:
-                if parser.channel == "think":
-                    reasoning_tokens += len(out.token_ids)
-                parser.feed_many(out.pieces)
-                last = out
-        finally:
-            await stream.aclose()
+    def _chat_logprobs(self, req: ChatCompletionRequest) -> int | None:
+        return (req.top_logprobs or 0) if req.logprobs else None
+
+    async def _chat_choice(
+        self, req: ChatCompletionRequest, prompt: _Prompt, index: int
+    ) -> tuple[ChatChoice, _Run]:
+        assert prompt.rendered is not None
+        params = self._params(
+            req,
+            prompt.stop_ids,
+            logprobs=self._chat_logprobs(req),
+            index=index,
+            processor=self._processor(req, prompt),
+        )
+        stream = self._start(prompt.ids, params)
+        parser = StreamParser(prompt.rendered.mode)
+        run = _Run()
+        async for out in self._outputs(stream):
+            if parser.channel == "think":
+                run.reasoning_tokens += len(out.token_ids)
+            parser.feed_many(out.pieces)
+            run.token_ids += out.token_ids
+            run.logprobs += out.logprobs
+            run.last = out
         parser.finish()
         parsed = parser.result()
-        if last is not None and last.error:
-            raise OpenAIError(500, last.error, type="server_error", code="engine_error")
+        if run.last is not None and run.last.error:
+            raise OpenAIError(500, run.last.error, type="server_error", code="engine_error")
         if parsed.errors:
             log.info("model output did not parse cleanly: %s", "; ".join(parsed.errors[:5]))
         message = ChatCompletionMessage(
@@ -265,163 +468,301 @@ class ReferenceBackend(Backend):
             ]
             or None,
         )
+        choice = ChatChoice(
+            index=index,
+            message=message,
+            finish_reason=_finish_reason(run.last.finish_reason if run.last else None, parsed),
+            parse_errors=parsed.errors or None,
+            raw_output=parsed.raw if parsed.errors else None,
+            logprobs=(
+                ChoiceLogprobs(content=[self._token_entry(lp) for lp in run.logprobs])
+                if req.logprobs
+                else None
+            ),
+            token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
+        )
+        return choice, run
+
+    async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
+        prompt = await self._chat_prompt(req)
+        results = await _gather([self._chat_choice(req, prompt, i) for i in range(req.n)])
+        runs = [r for _, r in results]
         return ChatCompletion(
             model=self.served_model_name,
-            choices=[
-                ChatChoice(
-                    message=message,
-                    finish_reason=_finish_reason(last.finish_reason if last else None, parsed),
-                    parse_errors=parsed.errors or None,
-                    raw_output=parsed.raw if parsed.errors else None,
-                )
-            ],
-            usage=_usage(last, reasoning_tokens),
+            choices=[c for c, _ in results],
+            usage=_usage([r.last for r in runs], sum(r.reasoning_tokens for r in runs)),
+            prompt_token_ids=prompt.ids if req.return_token_ids else None,
         )
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
-        rendered, ids, stop_ids = self._chat_prompt(req)
-        stream = self._start(ids, self._params(req, stop_ids))
+        prompt = await self._chat_prompt(req)
+        assert prompt.rendered is not None
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         chunk_id, created = new_id("chatcmpl"), int(time.time())
+        runs = [_Run() for _ in range(req.n)]
+        # Submit every choice now, so request errors still answer 400 before the first chunk.
+        streams = await self._start_all(
+            prompt.ids,
+            [
+                self._params(
+                    req,
+                    prompt.stop_ids,
+                    logprobs=self._chat_logprobs(req),
+                    index=i,
+                    processor=self._processor(req, prompt),
+                )
+                for i in range(req.n)
+            ],
+        )
 
-        def chunk(
-            delta: ChatDelta, finish: str | None = None, parsed: ParsedMessage | None = None
-        ) -> ChatCompletionChunk:
-            errors = parsed.errors if parsed is not None else []
+        def chunk(choice: ChatChunkChoice, first: bool = False) -> ChatCompletionChunk:
             return ChatCompletionChunk(
                 id=chunk_id,
                 created=created,
                 model=self.served_model_name,
-                choices=[
-                    ChatChunkChoice(
-                        delta=delta,
-                        finish_reason=finish,
-                        parse_errors=errors or None,
-                        raw_output=parsed.raw if errors and parsed is not None else None,
-                    )
-                ],
+                choices=[choice],
+                prompt_token_ids=prompt.ids if first and req.return_token_ids else None,
             )
 
-        parser = StreamParser(rendered.mode)
-        last: EngineOutput | None = None
-        reasoning_tokens = 0
-        try:
-            yield chunk(ChatDelta(role="assistant", content=""))
-            async for out in stream:
-                last = out
+        async def one(index: int) -> AsyncIterator[ChatCompletionChunk]:
+            assert prompt.rendered is not None
+            run = runs[index]
+            parser = StreamParser(prompt.rendered.mode)
+            yield chunk(
+                ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content="")),
+                first=index == 0,
+            )
+            async for out in self._outputs(streams[index]):
+                run.last = out
                 if parser.channel == "think":
-                    reasoning_tokens += len(out.token_ids)
+                    run.reasoning_tokens += len(out.token_ids)
                 events = parser.feed_many(out.pieces)
                 if out.finished:
                     events += parser.finish()
-                for delta in _events_to_deltas(events):
-                    yield chunk(delta)
-            if last is not None and last.error:
-                raise OpenAIError(500, last.error, type="server_error", code="engine_error")
+                deltas = _events_to_deltas(events)
+                extra: dict[str, Any] = {}
+                if req.logprobs and out.logprobs:
+                    extra["logprobs"] = ChoiceLogprobs(
+                        content=[self._token_entry(lp) for lp in out.logprobs]
+                    )
+                if req.return_token_ids and out.token_ids:
+                    extra["token_ids"] = out.token_ids
+                if extra and not deltas:
+                    deltas = [ChatDelta()]
+                for i, delta in enumerate(deltas):
+                    yield chunk(
+                        ChatChunkChoice(index=index, delta=delta, **(extra if i == 0 else {}))
+                    )
+            if run.last is not None and run.last.error:
+                raise OpenAIError(500, run.last.error, type="server_error", code="engine_error")
             parsed = parser.result()
+            errors = parsed.errors
             yield chunk(
-                ChatDelta(), _finish_reason(last.finish_reason if last else None, parsed), parsed
-            )
-            if include_usage:
-                yield ChatCompletionChunk(
-                    id=chunk_id,
-                    created=created,
-                    model=self.served_model_name,
-                    choices=[],
-                    usage=_usage(last, reasoning_tokens),
+                ChatChunkChoice(
+                    index=index,
+                    delta=ChatDelta(),
+                    finish_reason=_finish_reason(
+                        run.last.finish_reason if run.last else None, parsed
+                    ),
+                    parse_errors=errors or None,
+                    raw_output=parsed.raw if errors else None,
+                    stop_reason=run.last.stop_string if run.last else None,
                 )
+            )
+
+        try:
+            async for item in merge([one(i) for i in range(req.n)]):
+                yield item
         finally:
-            await stream.aclose()
+            for stream in streams:  # idempotent; covers choices whose task never started
+                await stream.aclose()
+        if include_usage:
+            yield ChatCompletionChunk(
+                id=chunk_id,
+                created=created,
+                model=self.served_model_name,
+                choices=[],
+                usage=_usage([r.last for r in runs], sum(r.reasoning_tokens for r in runs)),
+            )
 
     # -- completions --------------------------------------------------------------------------------
 
-    def _completion_prompt(self, req: CompletionRequest) -> tuple[list[int], str]:
+    def _completion_prompt_sync(self, req: CompletionRequest) -> _Prompt:
         prompt = req.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]
-        if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt, allow_special=True), prompt
-        ids = [int(t) for t in prompt]  # type: ignore[union-attr]
-        return ids, self.tokenizer.decode(ids)
-
-    def _completion_stop_ids(self) -> list[int]:
-        return [
+        stop_ids = [
             self.tokenizer.special_tokens[t]
             for t in (END_OF_MSG, "[EOS]")
             if t in self.tokenizer.special_tokens
         ]
+        if isinstance(prompt, str):
+            self._check_text_length(prompt, "prompt")
+            return _Prompt(self.tokenizer.encode(prompt, allow_special=True), stop_ids, text=prompt)
+        ids = [int(t) for t in prompt]  # type: ignore[union-attr]
+        return _Prompt(ids, stop_ids, text=self.tokenizer.decode(ids))
+
+    async def _completion_prompt(self, req: CompletionRequest) -> _Prompt:
+        return await asyncio.to_thread(self._completion_prompt_sync, req)
+
+    def _completion_logprobs(self, logprobs: list[TokenLogprob], offset: int) -> CompletionLogprobs:
+        out = CompletionLogprobs(top_logprobs=[])
+        for lp in logprobs:
+            text = self.tokenizer.token_bytes(lp.token_id).decode("utf-8", errors="replace")
+            out.tokens.append(text)
+            out.token_logprobs.append(lp.logprob)
+            out.text_offset.append(offset)
+            offset += len(text)
+            assert out.top_logprobs is not None
+            out.top_logprobs.append(
+                {
+                    self.tokenizer.token_bytes(t).decode("utf-8", errors="replace"): v
+                    for t, v in lp.top
+                }
+            )
+        return out
+
+    async def _completion_choice(
+        self, req: CompletionRequest, prompt: _Prompt, index: int
+    ) -> tuple[CompletionChoice, _Run]:
+        stream = self._start(
+            prompt.ids, self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=index)
+        )
+        run = _Run(texts=[prompt.text] if req.echo else [])
+        async for out in self._outputs(stream):
+            run.texts.extend(p.text for p in out.pieces)
+            run.token_ids += out.token_ids
+            run.logprobs += out.logprobs
+            run.last = out
+        if run.last is not None and run.last.error:
+            raise OpenAIError(500, run.last.error, type="server_error", code="engine_error")
+        offset = len(prompt.text) if req.echo else 0
+        choice = CompletionChoice(
+            index=index,
+            text="".join(run.texts),
+            finish_reason=run.last.finish_reason if run.last else "stop",
+            logprobs=(
+                self._completion_logprobs(run.logprobs, offset)
+                if req.logprobs is not None
+                else None
+            ),
+            token_ids=run.token_ids if req.return_token_ids else None,
+            stop_reason=run.last.stop_string if run.last else None,
+        )
+        return choice, run
 
     async def completion(self, req: CompletionRequest) -> Completion:
-        ids, prompt_text = self._completion_prompt(req)
-        stream = self._start(ids, self._params(req, self._completion_stop_ids()))
-        parts: list[str] = [prompt_text] if req.echo else []
-        last: EngineOutput | None = None
-        try:
-            async for out in stream:
-                parts.extend(p.text for p in out.pieces)
-                last = out
-        finally:
-            await stream.aclose()
-        if last is not None and last.error:
-            raise OpenAIError(500, last.error, type="server_error", code="engine_error")
+        prompt = await self._completion_prompt(req)
+        results = await _gather([self._completion_choice(req, prompt, i) for i in range(req.n)])
         return Completion(
             model=self.served_model_name,
-            choices=[
-                CompletionChoice(
-                    text="".join(parts), finish_reason=last.finish_reason if last else "stop"
-                )
-            ],
-            usage=_usage(last),
+            choices=[c for c, _ in results],
+            usage=_usage([r.last for _, r in results]),
+            prompt_token_ids=prompt.ids if req.return_token_ids else None,
         )
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[Completion]:
-        ids, prompt_text = self._completion_prompt(req)
-        stream = self._start(ids, self._params(req, self._completion_stop_ids()))
+        prompt = await self._completion_prompt(req)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         cid, created = new_id("cmpl"), int(time.time())
+        streams = await self._start_all(
+            prompt.ids,
+            [
+                self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=i)
+                for i in range(req.n)
+            ],
+        )
+        lasts: list[EngineOutput | None] = [None] * req.n
 
-        def chunk(text: str, finish: str | None = None) -> Completion:
+        def chunk(index: int, text: str, finish: str | None = None, **extra: Any) -> Completion:
             return Completion(
                 id=cid,
                 created=created,
                 model=self.served_model_name,
-                choices=[CompletionChoice(text=text, finish_reason=finish)],
+                choices=[CompletionChoice(index=index, text=text, finish_reason=finish, **extra)],
             )
 
-        last: EngineOutput | None = None
-        try:
-            yield chunk(prompt_text if req.echo else "")
-            async for out in stream:
-                last = out
+        async def one(index: int) -> AsyncIterator[Completion]:
+            first = chunk(index, prompt.text if req.echo else "")
+            if index == 0 and req.return_token_ids:
+                first.prompt_token_ids = prompt.ids
+            yield first
+            offset = len(prompt.text) if req.echo else 0
+            async for out in self._outputs(streams[index]):
+                lasts[index] = out
                 text = "".join(p.text for p in out.pieces)
+                extra: dict[str, Any] = {}
+                if req.logprobs is not None and out.logprobs:
+                    extra["logprobs"] = self._completion_logprobs(out.logprobs, offset)
+                if req.return_token_ids and out.token_ids:
+                    extra["token_ids"] = out.token_ids
+                offset += len(text)
                 if out.finished:
                     if out.error:
                         raise OpenAIError(500, out.error, type="server_error", code="engine_error")
-                    yield chunk(text, out.finish_reason)
-                elif text:
-                    yield chunk(text)
-            if include_usage:
-                yield Completion(
-                    id=cid, created=created, model=self.served_model_name, choices=[],
-                    usage=_usage(last),
-                )  # fmt: skip
+                    extra["stop_reason"] = out.stop_string
+                    yield chunk(index, text, out.finish_reason, **extra)
+                elif text or extra:
+                    yield chunk(index, text, **extra)
+
+        try:
+            async for item in merge([one(i) for i in range(req.n)]):
+                yield item
         finally:
-            await stream.aclose()
+            for stream in streams:
+                await stream.aclose()
+        if include_usage:
+            yield Completion(
+                id=cid, created=created, model=self.served_model_name, choices=[],
+                usage=_usage(lasts),
+            )  # fmt: skip
 
     # -- tokenize ------------------------------------------------------------------------------------
 
-    async def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
+    def _tokenize_sync(self, req: TokenizeRequest) -> TokenizeResponse:
         engine_len = self.engine.max_model_len if self.engine else None
         if req.prompt is not None:
+            self._check_text_length(req.prompt, "prompt")
             ids = self.tokenizer.encode(req.prompt, allow_special=req.add_special_tokens)
             return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=engine_len)
-        chat = ChatCompletionRequest(
-            messages=req.messages or [],
-            tools=req.tools,
-            reasoning_effort=req.reasoning_effort,
+        chat = chat_request(
+            {
+                "messages": req.messages or [],
+                "tools": req.tools,
+                "tool_choice": req.tool_choice,
+                "response_format": req.response_format,
+                "reasoning_effort": req.reasoning_effort,
+            }
         )
         rendered = self._render(chat, add_generation_prompt=req.add_generation_prompt)
+        self._check_text_length(rendered.text, "messages")
         ids = rendered.token_ids(self.tokenizer)
         return TokenizeResponse(
             tokens=ids, count=len(ids), max_model_len=engine_len, text=rendered.text
         )
+
+    async def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
+        return await asyncio.to_thread(self._tokenize_sync, req)
+
+    async def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
+        bad = [t for t in req.tokens if not 0 <= t < self.tokenizer.vocab_size]
+        if bad:
+            raise OpenAIError(
+                400,
+                f"tokens: ids {bad[:8]} are not in [0, {self.tokenizer.vocab_size})",
+                param="tokens",
+            )
+        text = self.tokenizer.decode(req.tokens, skip_special=req.skip_special_tokens)
+        return DetokenizeResponse(prompt=text)
+
+
+async def _gather(coros: list[Any]) -> list[Any]:
+    """Run the choices together; if one fails, cancel the rest (their streams abort)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

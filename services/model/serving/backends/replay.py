@@ -53,7 +53,9 @@ from services.model.serving.protocol import (
 log = logging.getLogger("k3stack.model.replay")
 
 Kind = Literal["chat", "completion"]
-IGNORED_FIELDS = frozenset({"model", "stream", "stream_options", "user", "n"})
+IGNORED_FIELDS = frozenset(
+    {"model", "stream", "stream_options", "user", "n", "store", "metadata", "service_tier"}
+)
 
 
 class ReplayFileError(ValueError):

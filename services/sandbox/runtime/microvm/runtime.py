@@ -170,6 +170,16 @@ class _Vm:
     disk: Path | None = None
 
 
+def missing_runtime_files() -> list[str]:
+    """Sources the runtime compiles or copies at run time that this installation lacks (a
+    wheel built without them boots nothing, so the probe says so instead of picking microvm)."""
+    from services.sandbox.images.builder import GUEST_DIR
+    from services.sandbox.pagestore.hashing import _SRC as PAGEHASH_SRC
+
+    needed = (GUEST_DIR / "agent.c", GUEST_DIR / "init.sh", PAGEHASH_SRC)
+    return [str(p) for p in needed if not p.is_file()]
+
+
 class MicroVMRuntime(Runtime):
     """QEMU microvm sandboxes (see module docstring)."""
 
@@ -209,6 +219,9 @@ class MicroVMRuntime(Runtime):
             return False, str(exc)
         if not shutil.which("gcc"):
             return False, f"gcc not found (builds the guest agent): {SETUP_HINT}"
+        missing = missing_runtime_files()
+        if missing:
+            return False, f"files missing from this installation: {', '.join(missing)}"
         return True, f"{qemu}, kernel {k.version}, accel {self._accel or 'auto (probe)'}"
 
     def _require(self) -> None:

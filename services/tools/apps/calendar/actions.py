@@ -10,16 +10,22 @@ Model: an event lives in its organizer's calendar; attendees see it in their own
 their attendee entry, and answer it by patching their own ``responseStatus`` there. Recurring
 events (``RRULE`` with FREQ DAILY / WEEKLY / MONTHLY, INTERVAL, COUNT, UNTIL, BYDAY) are
 expanded by ``singleEvents=true``; single instances can be read but not modified.
+
+Why one file: events, calendars, ACL-free sharing, free/busy and recurrence expansion share
+the same private helpers (time parsing, zones, attendee and organizer views, sequence
+numbers) and follow the v3 reference resource by resource; splitting them would scatter one
+API's rules over modules that all import each other's internals.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from dateutil.rrule import rrulestr
 from sqlalchemy import select
 
 from services.tools.apps.calendar.errors import GoogleError, bad_request, not_found
@@ -94,10 +100,19 @@ def setup_calendar(
     agent_name: str = "Assistant",
     time_zone: str = "UTC",
 ) -> CalendarMeta:
-    """Create the agent's identity and primary calendar once (scenario set-up)."""
+    """Create the agent's identity and primary calendar once (scenario set-up). A world
+    starts with the default identity; set-up that names another one replaces it while it is
+    untouched (no events, no other calendars)."""
     meta = ctx.session.get(CalendarMeta, ctx.world_id)
     if meta is not None:
-        return meta
+        if meta.agent_email == agent_email.lower() or not _pristine_default(ctx, meta):
+            return meta
+        for row in ctx.session.scalars(
+            select(CalendarRow).where(CalendarRow.world_id == ctx.world_id)
+        ):
+            ctx.session.delete(row)
+        ctx.session.delete(meta)
+        ctx.session.flush()
     meta = CalendarMeta(world_id=ctx.world_id, agent_email=agent_email.lower())
     meta.seq = 0
     ctx.session.add(meta)
@@ -112,6 +127,21 @@ def setup_calendar(
         _record=False,
     )
     return meta
+
+
+DEFAULT_AGENT = "assistant@k3stack.test"
+
+
+def _pristine_default(ctx: WorldContext, meta: CalendarMeta) -> bool:
+    if meta.agent_email != DEFAULT_AGENT:
+        return False
+    has_event = ctx.session.scalar(
+        select(CalendarEvent.id).where(CalendarEvent.world_id == ctx.world_id).limit(1)
+    )
+    calendars = ctx.session.scalars(
+        select(CalendarRow.id).where(CalendarRow.world_id == ctx.world_id)
+    ).all()
+    return has_event is None and list(calendars) == [DEFAULT_AGENT]
 
 
 def meta(ctx: WorldContext) -> CalendarMeta:
@@ -402,49 +432,47 @@ def _until(value: str) -> datetime:
 
 
 def _occurrences(ev: CalendarEvent, until: datetime) -> list[datetime]:
-    """Start instants (UTC) of a recurring event's instances, up to ``until``."""
-    rule = _rrule(ev.recurrence)
+    """Start instants (UTC) of a recurring event's instances, up to ``until``.
+
+    Expanded by python-dateutil's ``rrulestr`` in the event's own time zone, so a weekly
+    09:00 Europe/Berlin meeting stays at 09:00 Berlin time across both DST changes (RRULE,
+    RDATE, EXRULE and EXDATE lines all count)."""
     start = _utc(ev.start_at)
     until = _utc(until)
-    if rule is None:
+    lines = [
+        r
+        for r in ev.recurrence or []
+        if r.split(":", 1)[0].split(";", 1)[0].upper() in ("RRULE", "RDATE", "EXRULE", "EXDATE")
+    ]
+    if not any(r.upper().startswith("RRULE:") for r in lines):
         return [start]
-    freq = rule.get("FREQ", "DAILY")
-    interval = max(1, int(rule.get("INTERVAL", "1")))
-    count = int(rule["COUNT"]) if "COUNT" in rule else None
-    limit = min(until, _until(rule["UNTIL"])) if "UNTIL" in rule else until
-    days = sorted({_DAYS[d[-2:]] for d in rule["BYDAY"].split(",")}) if "BYDAY" in rule else None
+    zone = _event_zone(ev)
+    local = start.astimezone(zone)
+    # dateutil wants UNTIL in UTC with an aware start, and naive with a naive one
+    aware = any(re.search(r"UNTIL=\d{8}T\d{6}Z", r.upper()) for r in lines)
+    dtstart = local if aware else local.replace(tzinfo=None)
+    try:
+        rules = rrulestr("\n".join(lines), dtstart=dtstart, forceset=True, unfold=True)
+    except (ValueError, TypeError):
+        return [start]
     out: list[datetime] = []
-    i = 0
-    while len(out) < MAX_INSTANCES:
-        if freq == "DAILY":
-            candidates = [start + timedelta(days=i * interval)]
-        elif freq == "WEEKLY":
-            week0 = start - timedelta(days=start.weekday())
-            week = week0 + timedelta(weeks=i * interval)
-            candidates = [week + timedelta(days=d) for d in (days or [start.weekday()])]
-        elif freq == "MONTHLY":
-            month = start.month - 1 + i * interval
-            try:
-                candidates = [start.replace(year=start.year + month // 12, month=month % 12 + 1)]
-            except ValueError:
-                candidates = []  # e.g. the 31st in a short month: Google skips it too
-        else:
-            try:
-                candidates = [start.replace(year=start.year + i * interval)]
-            except ValueError:
-                candidates = []
-        i += 1
-        stop = False
-        for c in candidates:
-            if c < start:
-                continue
-            if c > limit or (count is not None and len(out) >= count):
-                stop = True
-                break
-            out.append(c)
-        if stop or i > MAX_INSTANCES * 2:
+    for at in rules:
+        at = at if at.tzinfo else at.replace(tzinfo=zone)
+        at = at.astimezone(UTC)
+        if at > until or len(out) >= MAX_INSTANCES:
             break
+        out.append(at)
     return out
+
+
+def _event_zone(ev: CalendarEvent) -> ZoneInfo | timezone:
+    name = (ev.start or {}).get("timeZone")
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    return UTC
 
 
 def _instance_id(ev: CalendarEvent, at: datetime, all_day: bool) -> str:

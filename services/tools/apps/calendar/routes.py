@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from services.tools.apps.calendar import actions as A
 from services.tools.apps.calendar.errors import (
@@ -36,6 +37,29 @@ def calendar_context(ctx: WorldCtx, request: Request) -> WorldContext:
 
 
 CalCtx = Annotated[WorldContext, Depends(calendar_context)]
+
+
+class CalendarErrorDetail(BaseModel):
+    message: str
+    domain: str
+    reason: str
+
+
+class CalendarErrorInner(BaseModel):
+    code: int
+    message: str
+    errors: list[CalendarErrorDetail] = []
+    status: str | None = None
+
+
+class CalendarErrorBody(BaseModel):
+    """The error body Google APIs answer (``{"error": {code, message, errors, status}}``),
+    documented in OpenAPI for every Calendar route."""
+
+    error: CalendarErrorInner
+
+
+ERROR_MODEL = CalendarErrorBody
 
 
 def error_response(status: int, message: str) -> JSONResponse:

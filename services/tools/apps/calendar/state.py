@@ -34,3 +34,10 @@ def export_state(ctx: WorldContext) -> dict[str, Any]:
             {**event_json(ctx, e, e.organizer_email), "calendarId": e.calendar_id} for e in events
         ],
     }
+
+
+def ensure_setup(ctx: WorldContext) -> None:
+    """Every world has the agent's calendar from creation, so no read ever creates one."""
+    from services.tools.apps.calendar.actions import meta
+
+    meta(ctx)

@@ -5,6 +5,11 @@ path through the app obeys the same rules: messages are immutable except their l
 thread is found from ``threadId`` or the References / In-Reply-To headers, every change bumps
 the mailbox ``historyId`` and lands in ``history.list``, and every write is recorded in the
 world's action log.
+
+Why one file: messages, threads, labels, drafts and history share one mailbox model and its
+private helpers (label bookkeeping, history records, threading); the MIME codec (``mime``)
+and the query language (``search``) are already apart, and splitting the rest would scatter
+one API's rules over modules that all import each other's internals.
 """
 
 from __future__ import annotations

@@ -34,6 +34,29 @@ MAX_PAGE = 500
 Format = Literal["full", "metadata", "minimal", "raw"]
 
 
+class GmailErrorDetail(BaseModel):
+    message: str
+    domain: str
+    reason: str
+
+
+class GmailErrorInner(BaseModel):
+    code: int
+    message: str
+    errors: list[GmailErrorDetail] = []
+    status: str | None = None
+
+
+class GmailErrorBody(BaseModel):
+    """The error body Google APIs answer (``{"error": {code, message, errors, status}}``),
+    documented in OpenAPI for every Gmail route."""
+
+    error: GmailErrorInner
+
+
+ERROR_MODEL = GmailErrorBody
+
+
 def error_response(status: int, message: str) -> JSONResponse:
     """Google's error body; the tools app uses it for every failure under ``/gmail/``."""
     return JSONResponse(gm.error_body(status, message), status_code=status)

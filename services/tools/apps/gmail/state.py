@@ -47,3 +47,10 @@ def export_state(ctx: WorldContext) -> dict[str, Any]:
             for m in msgs
         ],
     }
+
+
+def ensure_setup(ctx: WorldContext) -> None:
+    """Every world has a mailbox from creation, so no read ever has to create one."""
+    from services.tools.apps.gmail.actions import mailbox
+
+    mailbox(ctx)

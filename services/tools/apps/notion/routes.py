@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from services.tools.apps.notion import actions as A
 from services.tools.apps.notion.errors import NotionError, NotionRoute, to_notion_error, validation
@@ -46,6 +47,19 @@ def notion_context(ctx: WorldCtx, request: Request) -> WorldContext:
 
 
 NotionCtx = Annotated[WorldContext, Depends(notion_context)]
+
+
+class NotionErrorBody(BaseModel):
+    """Notion's error body (``{"object": "error", status, code, message}``), documented in
+    OpenAPI for every Notion route."""
+
+    object: str = "error"
+    status: int
+    code: str
+    message: str
+
+
+ERROR_MODEL = NotionErrorBody
 
 
 def error_response(status: int, message: str) -> JSONResponse:

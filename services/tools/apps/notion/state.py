@@ -38,3 +38,10 @@ def export_state(ctx: WorldContext) -> dict[str, Any]:
         "blocks": [{**block_json(ctx, b), "position": b.position} for b in _rows(ctx, NotionBlock)],
         "comments": [comment_json(c) for c in _rows(ctx, NotionComment)],
     }
+
+
+def ensure_setup(ctx: WorldContext) -> None:
+    """Every world has a workspace from creation, so no read ever has to create one."""
+    from services.tools.apps.notion.actions import workspace
+
+    workspace(ctx)

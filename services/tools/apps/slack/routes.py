@@ -16,9 +16,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
 from starlette.datastructures import UploadFile
 
 from services.tools.apps.slack import actions as A
+from services.tools.apps.slack import search
 from services.tools.apps.slack.errors import SlackError, SlackRoute
 from services.tools.context import WorldContext, WorldCtx, open_world
 
@@ -33,6 +35,19 @@ def slack_context(ctx: WorldCtx, request: Request) -> WorldContext:
 
 
 SlackCtx = Annotated[WorldContext, Depends(slack_context)]
+
+
+class SlackErrorBody(BaseModel):
+    """Slack's error body (``{"ok": false, "error": code}``; Slack answers most errors with
+    HTTP 200 and this body), documented in OpenAPI for every Slack route."""
+
+    model_config = ConfigDict(extra="allow")
+    ok: bool
+    error: str
+    warning: str | None = None
+
+
+ERROR_MODEL = SlackErrorBody
 
 
 def error_response(status: int, message: str) -> JSONResponse:
@@ -408,7 +423,7 @@ def _users_lookup(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
 
 @method("search.messages")
 def _search(ctx: WorldContext, p: Params, _: Request) -> dict[str, Any]:
-    return A.search_messages(
+    return search.search_messages(
         ctx,
         query=p.str("query") or "",
         count=p.int("count"),

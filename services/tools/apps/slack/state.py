@@ -105,3 +105,10 @@ def export_state(ctx: WorldContext) -> dict[str, Any]:
             for s in _rows(ctx, SlackScheduled, SlackScheduled.post_at, SlackScheduled.id)
         ],
     }
+
+
+def ensure_setup(ctx: WorldContext) -> None:
+    """Every world has a workspace from creation, so no read ever has to create one."""
+    from services.tools.apps.slack.actions import workspace
+
+    workspace(ctx)

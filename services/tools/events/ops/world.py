@@ -52,3 +52,35 @@ def any_of(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
 
     results = [get_predicate(c["kind"])(ctx, c.get("args", {})) for c in args.get("checks", [])]
     return Outcome(any(r.passed for r in results), {"parts": [r.passed for r in results]})
+
+
+@predicate("world.budget")
+def budget(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
+    """Per-event collateral budget over writes: the agent made at most ``max`` writes (every
+    action it logged: a mail, a post, a page edit, a label) between ``since`` and ``until``
+    (ISO times; reads log nothing, so they never count)."""
+    from datetime import datetime
+
+    from sqlalchemy import select
+
+    from services.tools.context import _aware
+    from services.tools.models import ActionRow
+
+    since = datetime.fromisoformat(args["since"])
+    until = datetime.fromisoformat(args["until"]) if args.get("until") else None
+    writes = [
+        a
+        for a in ctx.session.scalars(
+            select(ActionRow).where(ActionRow.world_id == ctx.world_id, ActionRow.actor == "agent")
+        )
+        if _aware(a.at) >= since and (until is None or _aware(a.at) <= until)
+    ]
+    limit = int(args["max"])
+    return Outcome(
+        len(writes) <= limit,
+        {
+            "writes": len(writes),
+            "max": limit,
+            "kinds": sorted({f"{a.app}.{a.action}" for a in writes}),
+        },
+    )

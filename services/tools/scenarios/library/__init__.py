@@ -1,22 +1,17 @@
-"""Every scenario of the library, one module each."""
+"""Every scenario of the library: one YAML spec per scenario (see ``scenarios/dsl.py``), plus
+the Python ``empty`` world."""
 
 from __future__ import annotations
 
-from services.tools.scenarios.base import Scenario
+from pathlib import Path
+
+from services.tools.scenarios.base import Scenario, SpecScenario
+from services.tools.scenarios.dsl import ScenarioSpec
 from services.tools.scenarios.library.empty import EmptyScenario
-from services.tools.scenarios.library.finance_expenses import FinanceExpenses
-from services.tools.scenarios.library.finance_invoices import FinanceInvoices
-from services.tools.scenarios.library.hr_leave import HRLeave
-from services.tools.scenarios.library.hr_onboarding import HROnboarding
-from services.tools.scenarios.library.legal_contracts import LegalContracts
-from services.tools.scenarios.library.personal_admin import PersonalAdmin
+
+HERE = Path(__file__).parent
 
 ALL: list[Scenario] = [
     EmptyScenario(),
-    HROnboarding(),
-    HRLeave(),
-    FinanceExpenses(),
-    LegalContracts(),
-    PersonalAdmin(),
-    FinanceInvoices(),
+    *(SpecScenario(ScenarioSpec.from_yaml(p)) for p in sorted(HERE.glob("*.yaml"))),
 ]

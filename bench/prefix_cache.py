@@ -1,0 +1,134 @@
+"""Replay a synthetic multi-turn agent trace through the serving path under three cache policies.
+
+- ``hybrid``: this project's cache (large pages, fine hash blocks, KDA checkpoints at hash
+  endpoints, turn-boundary checkpoints kept);
+- ``align-to-page``: a simulated vLLM-like align mode: hashing at the page size, only the last
+  page-aligned state before a request's end checkpointed, no turn retention;
+- ``off``: no cache.
+
+Each turn appends a user delta (a turn end closes it) and the model's answer to the
+conversation; every few turns a branch re-asks from an earlier turn. Requests run one at a time
+through :class:`~services.model.serving.offline.OfflineEngine` (scheduler, paged pool, tiny
+K3 with random weights on CPU). Printed per policy: prefill tokens computed, hit rate (tokens
+restored / prompt tokens), time-to-first-token summed over the trace against ``off``, and the
+peak checkpoint memory. The default is a smoke run; ``--full`` replays >= 40 turns growing past
+32K tokens with deltas of 200-1,000 tokens (slow on CPU: minutes to hours).
+
+    PYTHONPATH=. python bench/prefix_cache.py [--full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from services.model.arch import K3Config, K3ForCausalLM
+from services.model.serving.hybrid_cache import HybridPrefixCache
+from services.model.serving.offline import OfflineEngine
+from services.model.serving.pool import PagedPool
+from services.model.serving.runner import K3Runner
+
+TURN_END = 7
+
+
+def make_trace(turns: int, dmin: int, dmax: int, branch_every: int, seed: int):
+    """[(parent turn or -1, delta tokens)]: a main line plus branches from earlier turns."""
+    rng = random.Random(seed)
+    trace = []
+    main = -1
+    for t in range(turns):
+        delta = [rng.randrange(10, 2000) for _ in range(rng.randint(dmin, dmax))] + [TURN_END]
+        if branch_every and t % branch_every == branch_every - 1 and main >= 2:
+            trace.append((rng.randrange(0, main), delta))  # a retry from an earlier turn
+        else:
+            trace.append((main, delta))
+            main = len(trace) - 1
+    return trace
+
+
+def replay(model, trace, policy: str, args) -> dict[str, float]:
+    page = args.page_tokens
+    pool = PagedPool.for_tokens(
+        model.config, max_tokens=args.pool_tokens, max_requests=2, page_tokens=page
+    )
+    cache = None
+    if policy == "hybrid":
+        cache = HybridPrefixCache(pool, hash_block=args.hash_block, turn_end_ids=[TURN_END])
+    elif policy == "align-to-page":
+        cache = HybridPrefixCache(pool, hash_block=page)
+    eng = OfflineEngine(
+        K3Runner(model, pool), max_num_seqs=2, max_num_batched_tokens=args.budget,
+        prefix_cache=cache,
+    )  # fmt: skip
+    convo: dict[int, list[int]] = {}
+    prompt_tokens = computed = cached = 0
+    ttft = 0.0
+    peak_ckpt = 0
+    for i, (parent, delta) in enumerate(trace):
+        prompt = (convo[parent] + [TURN_END] if parent >= 0 else []) + delta
+        t0 = time.perf_counter()
+        eng.submit(str(i), prompt, 1)
+        done: list = []
+        while not done:
+            done = eng.step()
+        ttft += time.perf_counter() - t0
+        res = done[0]
+        rest = eng.generate(prompt + res.output_ids, args.answer_tokens - 1, request_id=f"{i}a")
+        convo[i] = prompt + res.output_ids + rest.output_ids
+        prompt_tokens += len(prompt)
+        computed += res.computed_tokens
+        cached += res.cached_tokens
+        if cache is not None:
+            peak_ckpt = max(peak_ckpt, cache.checkpoint_bytes)
+    return {
+        "prompt": prompt_tokens,
+        "computed": computed,
+        "hit_rate": cached / prompt_tokens,
+        "ttft": ttft,
+        "ckpt_bytes": peak_ckpt,
+        "final_len": max(len(c) for c in convo.values()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--full", action="store_true", help="the >= 40-turn, >= 32K-token trace")
+    ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--delta-min", type=int, default=40)
+    ap.add_argument("--delta-max", type=int, default=120)
+    ap.add_argument("--page-tokens", type=int, default=256)
+    ap.add_argument("--hash-block", type=int, default=32)
+    ap.add_argument("--budget", type=int, default=512, help="tokens per engine step")
+    ap.add_argument("--answer-tokens", type=int, default=2)
+    ap.add_argument("--branch-every", type=int, default=3)
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    if args.full:
+        args.turns, args.delta_min, args.delta_max = 56, 200, 1000
+        args.page_tokens, args.hash_block, args.budget = 6144, 512, 2048
+        args.answer_tokens, args.branch_every = 16, 8
+    trace = make_trace(args.turns, args.delta_min, args.delta_max, args.branch_every, args.seed)
+    args.pool_tokens = (
+        sum(len(d) + 1 + args.answer_tokens for _, d in trace) * 2 + 4 * args.page_tokens
+    )
+    model = K3ForCausalLM(K3Config.preset(args.preset)).init_weights(args.seed).eval()
+    rows = {p: replay(model, trace, p, args) for p in ("off", "align-to-page", "hybrid")}
+    off = rows["off"]["ttft"]
+    print(
+        f"trace: {len(trace)} requests, conversation up to {rows['off']['final_len']} tokens, "
+        f"pages {args.page_tokens} tokens, hash blocks {args.hash_block}"
+    )
+    print(
+        f"{'policy':<14} {'prefill computed':>17} {'hit rate':>9} {'TTFT vs off':>12} {'ckpt MiB':>9}"
+    )
+    for name, r in rows.items():
+        print(
+            f"{name:<14} {r['computed']:>17,} {r['hit_rate']:>9.1%} {r['ttft'] / off:>12.2f} "
+            f"{r['ckpt_bytes'] / 2**20:>9.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

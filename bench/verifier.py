@@ -1,0 +1,151 @@
+"""Wall time per verification job kind, and the verifier's own overhead per kernel trial.
+
+    .venv/bin/python bench/verifier.py [--tasks softmax,kda_step] [--skip-world]
+
+Every job goes through the verifier's API (in process, Celery eager: the job body runs in the
+request, so the wall time is the job's). Kernel jobs verify each task's expert with the task's
+own timing; for them it also prints where the verifier's time goes: the sandboxed run, the
+checks outside it per trial (reference + fp64 oracle recomputed, bytes compared), and the
+harness's untimed work per timed call as the verifier's clock sees it. The judge runs against a
+scripted OpenAI-compatible endpoint (protocol overhead, not model latency); the world job
+against the real tools service on a free port (a library scenario, deterministic checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _serve(app):  # noqa: ANN001, ANN202
+    import uvicorn
+
+    from tests.helpers.servers import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{port}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", default="softmax,kda_step,matmul_bias_gelu")
+    ap.add_argument("--skip-world", action="store_true")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="k3s-bench-verifier-")
+    os.environ.update(
+        K3STACK_DATA_DIR=tmp,
+        K3STACK_AUTH_ENABLED="false",
+        K3STACK_CELERY_EAGER="true",
+        K3STACK_LOG_LEVEL="WARNING",
+    )
+    os.environ.pop("K3STACK_DATABASE_URL", None)
+    from fastapi.testclient import TestClient
+
+    from services.verifier.kernel.spec import TASKS_DIR, load_task
+    from shared.settings import get_settings
+    from tests.verifier.scripted_llm import scripted_llm
+
+    tools_server = None
+    if not args.skip_world:
+        from services.tools.app import create_app as tools_app
+
+        get_settings.cache_clear()
+        tools_server, tools_url = _serve(tools_app())
+        os.environ["K3STACK_TOOLS__URL"] = tools_url
+
+    def judge_reply(system: str, user: str) -> str:
+        if "grading rubric" in system:
+            return (
+                '{"criteria": [{"name": "correct", "weight": 2}, {"name": "clear", "weight": 1}]}'
+            )
+        if "Grade the candidate" in system:
+            return '{"scores": {"correct": 7, "clear": 6}}'
+        return '{"winner": "A"}'
+
+    with scripted_llm(judge_reply) as llm:
+        os.environ["K3STACK_LLM_URL"] = llm.url
+        get_settings.cache_clear()
+        from services.verifier.app import create_app
+
+        with TestClient(create_app()) as c:
+            rows: list[tuple[str, float, str]] = []
+
+            def job(path: str, body: dict) -> tuple[dict, float]:
+                t0 = time.perf_counter()
+                r = c.post(path, json=body)
+                assert r.status_code == 202, r.text
+                j = c.get(f"/jobs/{r.json()['id']}").json()
+                assert j["status"] == "succeeded", j
+                return j["result"], time.perf_counter() - t0
+
+            print("kernel jobs (each task's expert as the candidate, the task's own timing)")
+            print(
+                f"  {'task':18s} {'wall s':>7s} {'sandbox s':>9s} {'checks':>6s} {'outside/trial ms':>16s} {'untimed/call ms':>15s} {'reward':>6s}"
+            )
+            for name in args.tasks.split(","):
+                task = load_task(name)
+                src = (TASKS_DIR / name / "expert.py").read_text()
+                res, wall = job("/verify/kernel", {"task": name, "files": {"candidate.py": src}})
+                n = len(res["checks"])
+                calls = task.timing.trials * task.timing.iterations
+                hidden = res["timings"]["outside_hidden_s"]["candidate"]
+                print(
+                    f"  {name:18s} {wall:7.2f} {res['wall_s'] - res['verifier_overhead_s']:9.2f} {n:6d} "
+                    f"{1e3 * res['verifier_overhead_s'] / n:16.2f} {1e3 * hidden / calls:15.2f} {res['reward']:6.3f}"
+                )
+                rows.append((f"kernel:{name}", wall, ""))
+            sid = c.post("/submission/sessions", json={"task": "blackbox_function"}).json()["id"]
+            subs = []
+            for i in range(5):
+                s0 = time.perf_counter()
+                c.post(
+                    f"/submission/sessions/{sid}/submit",
+                    json={"submission": {"expression": f"x*{i}", "probes": [i]}},
+                )
+                subs.append(time.perf_counter() - s0)
+            _, wall = job("/verify/submission", {"session_id": sid})
+            rows.append(
+                (
+                    "submission (hidden verifier job)",
+                    wall,
+                    f"public verifier {1e3 * statistics.median(subs):.1f} ms/submit",
+                )
+            )
+            cands = [{"id": f"c{i}", "text": "word " * (20 + 5 * i)} for i in range(4)]
+            res, wall = job("/judge", {"task": "Summarise.", "candidates": cands})
+            rows.append(
+                ("judge (GRM, 4 candidates)", wall, f"{res['model_calls']} scripted model calls")
+            )
+            if tools_server is not None:
+                from datetime import timedelta
+
+                from shared.clients import ToolsClient
+
+                with ToolsClient(tools_url) as tools:
+                    world = tools.create_world("personal_admin", seed=1)
+                    at = tools.clock(world.id).now + timedelta(days=14)
+                res, wall = job("/verify/world", {"world_id": world.id, "at": at.isoformat()})
+                rows.append(
+                    ("world (personal_admin, 14 days on)", wall, f"{res['events_total']} events")
+                )
+            print("\njob kinds (end to end through the API)")
+            for kind, wall, note in rows:
+                print(f"  {kind:36s} {wall:7.2f} s  {note}")
+    if tools_server is not None:
+        tools_server.should_exit = True
+
+
+if __name__ == "__main__":
+    main()

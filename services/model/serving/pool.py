@@ -1,0 +1,276 @@
+"""One paged pool for MLA latent-KV pages and KDA state pages (report §5.4.1, "unified layout").
+
+Every page is the same number of bytes, cut from one ``uint8`` tensor, so both kinds share one
+free list, one reference count and one eviction path:
+
+- an **MLA page** holds ``page_tokens`` tokens of latent KV for every MLA layer
+  (``[mla_layers, page_tokens, kv_lora_rank + rope]`` in the model dtype);
+- a **KDA page** holds the recurrent state of one *KDA group*: as many KDA layers as fit in a
+  page. Per layer, each head's bytes are contiguous: ``[H, K*V + (W-1)*3*K]`` fp32, the delta-rule
+  state ``S_h`` followed by that head's q|k|v short-conv window. A request owns one private
+  KDA page per group; a checkpoint is one read-only page per group.
+
+The page byte size is ``max(MLA page, one KDA layer)``. A request's MLA page may be shared with
+the prefix cache and other requests: only its *writer* (the request that filled it) appends,
+and only at its fill mark; anyone else copies the page before writing (copy on write), so
+bytes others can see are never changed in place. When pages run out the pool asks
+``reclaim(n)`` (the prefix cache's eviction) before raising :class:`PoolExhausted`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from services.model.arch.config import K3Config
+from services.model.arch.state import PoolExhausted
+
+__all__ = ["PagedPool", "PagedState", "PoolExhausted"]
+
+
+@dataclass(eq=False)
+class PagedState:
+    """One request's pages: private KDA pages (one per group) and its MLA page table."""
+
+    kda_pages: list[int]
+    block_table: list[int] = field(default_factory=list)
+    num_tokens: int = 0
+    freed: bool = False
+
+    @property
+    def slot(self) -> int:
+        """A unique id while the state lives (its first KDA page), for duplicate checks."""
+        return self.kda_pages[0]
+
+
+class PagedPool:
+    """The one pool; see the module docstring. ``num_pages`` pages of ``page_bytes`` each."""
+
+    def __init__(
+        self,
+        config: K3Config,
+        num_pages: int,
+        *,
+        max_requests: int = 16,
+        page_tokens: int = 6144,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if num_pages <= 0 or page_tokens <= 0:
+            raise ValueError("num_pages and page_tokens must be > 0")
+        la = config.linear_attn_config
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.page_tokens = page_tokens
+        self.num_pages = num_pages
+        self.max_requests = max_requests
+        self._live = 0
+        self.n_mla, self.latent_dim = len(config.mla_layer_ids), config.mla_latent_dim
+        self.n_kda = len(config.kda_layer_ids)
+        self.heads, self.head_dim = la.num_heads, la.head_dim
+        self.conv_width = max(la.short_conv_kernel_size - 1, 0)
+        self.head_elems = self.head_dim * self.head_dim + self.conv_width * 3 * self.head_dim
+        elt = torch.empty((), dtype=dtype).element_size()
+        self.mla_bytes = self.n_mla * page_tokens * self.latent_dim * elt
+        self.layer_bytes = self.heads * self.head_elems * 4
+        self.page_bytes = -(-max(self.mla_bytes, self.layer_bytes) // 16) * 16
+        self.layers_per_group = max(1, self.page_bytes // self.layer_bytes) if self.n_kda else 1
+        self.num_groups = -(-self.n_kda // self.layers_per_group) if self.n_kda else 0
+        self.storage = torch.zeros(num_pages, self.page_bytes, dtype=torch.uint8, device=device)
+        # Typed views of the same bytes (no copies): MLA and KDA interpretations of every page.
+        self.mla_view = (
+            self.storage[:, : self.mla_bytes]
+            .view(dtype)
+            .view(num_pages, self.n_mla, page_tokens, self.latent_dim)
+        )
+        lpg = self.layers_per_group
+        self.kda_view = (
+            self.storage[:, : lpg * self.layer_bytes]
+            .view(torch.float32)
+            .view(num_pages, lpg, self.heads, self.head_elems)
+        )
+        self._free: list[int] = list(range(num_pages - 1, -1, -1))
+        self.refs = [0] * num_pages
+        self.filled = [0] * num_pages  # MLA tokens written into the page
+        self._writer: list[int | None] = [None] * num_pages  # id() of the state that may append
+        #: Called with a page count when short; returns how many pages it freed.
+        self.reclaim: Callable[[int], int] | None = None
+
+    @classmethod
+    def for_tokens(
+        cls,
+        config: K3Config,
+        *,
+        max_tokens: int,
+        max_requests: int,
+        page_tokens: int,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        spare_pages: int = 0,
+    ) -> PagedPool:
+        """A pool for ``max_tokens`` of latent KV plus every request's private KDA pages."""
+        probe = cls(config, 1, page_tokens=page_tokens, device="meta", dtype=dtype)
+        pages = -(-max_tokens // page_tokens) + max_requests * max(probe.num_groups, 1)
+        return cls(
+            config, pages + spare_pages, max_requests=max_requests, page_tokens=page_tokens,
+            device=device, dtype=dtype,
+        )  # fmt: skip
+
+    # ----- accounting ----------------------------------------------------------------------
+    @property
+    def num_free_pages(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_free_slots(self) -> int:
+        """Requests that may still start (pages are checked, and reclaimed, at allocation)."""
+        return self.max_requests - self._live
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest request the pool can hold (its private KDA pages taken out)."""
+        return (self.num_pages - self.num_groups) * self.page_tokens
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - len(self._free) / self.num_pages
+
+    def take(self, n: int) -> list[int]:
+        """``n`` fresh pages (refcount 1), reclaiming from the cache if short; all or nothing."""
+        if n > len(self._free) and self.reclaim is not None:
+            self.reclaim(n - len(self._free))
+        if n > len(self._free):
+            raise PoolExhausted(f"need {n} pages, {len(self._free)} free of {self.num_pages}")
+        pages = [self._free.pop() for _ in range(n)]
+        for p in pages:
+            self.refs[p], self.filled[p], self._writer[p] = 1, 0, None
+        return pages
+
+    def ref(self, page: int) -> None:
+        assert self.refs[page] > 0, f"page {page} is free"
+        self.refs[page] += 1
+
+    def unref(self, page: int) -> None:
+        self.refs[page] -= 1
+        assert self.refs[page] >= 0, f"page {page} freed twice"
+        if self.refs[page] == 0:
+            self._writer[page] = None
+            self._free.append(page)
+
+    def copy_page(self, src: int, dst: int) -> None:
+        self.storage[dst].copy_(self.storage[src])
+
+    # ----- request lifecycle (the runner's pool interface) ---------------------------------
+    def allocate(self) -> PagedState:
+        """A fresh state: zeroed private KDA pages, no MLA pages. Raises PoolExhausted."""
+        if self._live >= self.max_requests:
+            raise PoolExhausted(f"all {self.max_requests} request slots are in use")
+        pages = self.take(max(self.num_groups, 1))
+        for p in pages:
+            self.storage[p].zero_()
+        self._live += 1
+        return PagedState(kda_pages=pages)
+
+    def free(self, state: PagedState) -> None:
+        if state.freed:
+            return
+        for p in state.block_table:
+            if self._writer[p] == id(state):
+                self._writer[p] = None
+            self.unref(p)
+        for p in state.kda_pages:
+            self.unref(p)
+        state.block_table, state.freed = [], True
+        self._live -= 1
+
+    def _needs_copy(self, state: PagedState) -> bool:
+        off = state.num_tokens % self.page_tokens
+        if not off or not state.block_table:
+            return False
+        tail = state.block_table[state.num_tokens // self.page_tokens]
+        return self._writer[tail] != id(state) or self.filled[tail] != off
+
+    def pages_needed(self, state: PagedState, num_new_tokens: int) -> int:
+        total = -(-(state.num_tokens + num_new_tokens) // self.page_tokens)
+        extra = max(0, total - len(state.block_table))
+        return extra + int(num_new_tokens > 0 and self._needs_copy(state))
+
+    def reserve(self, state: PagedState, num_new_tokens: int) -> list[int]:
+        """Room for ``num_new_tokens`` more tokens; copies a shared tail page first. Idempotent."""
+        fresh = self.take(self.pages_needed(state, num_new_tokens))
+        taken = list(fresh)
+        if num_new_tokens > 0 and self._needs_copy(state):
+            i = state.num_tokens // self.page_tokens
+            new = fresh.pop()
+            self.copy_page(state.block_table[i], new)
+            self.unref(state.block_table[i])
+            state.block_table[i] = new
+            self.filled[new] = state.num_tokens % self.page_tokens
+        for p in fresh:
+            state.block_table.append(p)
+        for p in taken:
+            self._writer[p] = id(state)
+        return taken
+
+    def release(self, state: PagedState, taken: list[int]) -> None:
+        """Undo a :meth:`reserve` whose step did not run (appended pages only)."""
+        for p in reversed(taken):
+            if state.block_table and state.block_table[-1] == p:
+                state.block_table.pop()
+                self.unref(p)
+
+    # ----- what the model reads and writes -------------------------------------------------
+    def _kda_at(self, states: Sequence[PagedState], row: int) -> tuple[torch.Tensor, int]:
+        g, li = divmod(row, self.layers_per_group)
+        pages = torch.tensor([s.kda_pages[g] for s in states], device=self.device)
+        return pages, li
+
+    def kda_read(self, states: Sequence[PagedState], row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """KDA layer ``row``'s ``(conv [B, W-1, 3*H*K], S [B, H, K, V])`` for ``states``."""
+        pages, li = self._kda_at(states, row)
+        flat = self.kda_view[pages, li]  # [B, H, head_elems] (a gather: a copy)
+        b, h, k, w = len(states), self.heads, self.head_dim, self.conv_width
+        s = flat[..., : k * k].reshape(b, h, k, k)
+        conv = flat[..., k * k :].reshape(b, h, w, 3, k).permute(0, 2, 3, 1, 4)
+        return conv.reshape(b, w, 3 * h * k).to(self.dtype), s
+
+    def kda_write(
+        self, states: Sequence[PagedState], row: int, conv: torch.Tensor, s: torch.Tensor
+    ) -> None:
+        pages, li = self._kda_at(states, row)
+        b, h, k, w = len(states), self.heads, self.head_dim, self.conv_width
+        conv_h = conv.float().reshape(b, w, 3, h, k).permute(0, 3, 1, 2, 4).reshape(b, h, -1)
+        self.kda_view[pages, li] = torch.cat((s.float().reshape(b, h, k * k), conv_h), dim=-1)
+
+    def write_latent(
+        self, state: PagedState, mla_idx: int, start: int, latent: torch.Tensor
+    ) -> None:
+        """Store ``latent [T, D]`` for tokens ``start .. start+T`` of MLA layer ``mla_idx``."""
+        pos = torch.arange(start, start + latent.shape[0], device=self.device)
+        table = torch.tensor(state.block_table, device=self.device, dtype=torch.long)
+        page, off = table[pos // self.page_tokens], pos % self.page_tokens
+        self.mla_view[page, mla_idx, off] = latent.to(self.dtype)
+        if mla_idx == self.n_mla - 1:
+            end = start + latent.shape[0]
+            for i in range(start // self.page_tokens, -(-end // self.page_tokens)):
+                p = state.block_table[i]
+                self.filled[p] = max(
+                    self.filled[p], min(end - i * self.page_tokens, self.page_tokens)
+                )
+
+    def latent_pages(self, state: PagedState, mla_idx: int, stop: int) -> list[torch.Tensor]:
+        """Views ``[n_i, D]`` of the pages holding tokens ``0 .. stop`` of layer ``mla_idx``."""
+        out = []
+        for i, p in enumerate(state.block_table[: -(-stop // self.page_tokens)]):
+            n = min(self.page_tokens, stop - i * self.page_tokens)
+            out.append(self.mla_view[p, mla_idx, :n])
+        return out
+
+    def check_invariants(self) -> None:
+        free = set(self._free)
+        assert len(free) == len(self._free), "duplicate free page"
+        for p, r in enumerate(self.refs):
+            assert (r == 0) == (p in free), f"page {p}: refs={r}, free={p in free}"

@@ -1,0 +1,277 @@
+"""Structured output: ``tool_choice`` and ``response_format`` enforced with an xgrammar grammar.
+
+The grammar covers the whole assistant turn in XTML (see :mod:`~services.model.serving.template`),
+after the generation prefix already opened the ``think`` (or ``response``) channel. It is built as
+an xgrammar *structural tag*: a sequence of single special tokens (``[open]``, ``[sep]``,
+``[close]``), constant headers (``call tool="get_weather" index:=0``) and content formats (free
+text, or a JSON schema). In xgrammar's vocabulary each special token is its marker text behind the
+bytes 0xFF 0xFE, which valid UTF-8 never contains: free text and JSON can never spell a marker,
+and only the grammar's own token slots (by id) can emit one. Ordinary tokens holding a 0xFF byte
+(never part of valid UTF-8 either) are masked out, so a marker cannot be spelt byte by byte.
+
+What is enforced:
+
+- ``tool_choice`` ``"required"`` or a named function: the turn is (thinking, then) a ``tools``
+  channel with one or more calls (exactly one for a named function, or when
+  ``parallel_tool_calls`` is false), and no response text;
+- ``"none"``: no ``tools`` channel;
+- ``response_format`` ``json_object`` / ``json_schema``: the ``response`` channel is one JSON
+  value (of the schema);
+- whenever a grammar applies (any of the above, or ``"auto"`` with a ``strict`` tool), every call's
+  arguments follow its tool's ``parameters`` schema: each declared property is an ``arg`` element
+  in declared order (required ones always, optional ones optionally, no others), a plain string
+  property as raw text, any other as compact JSON of its schema. A schema that is not an object
+  with ``properties`` is matched as one ``json`` block.
+
+With ``max_tokens`` set, thinking is capped at a quarter of it, so a forced call or a JSON answer
+always has room to finish.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import torch
+import xgrammar as xgr
+
+from services.model.serving.template import Mode, attr_json, attr_str
+from services.model.tokenizer.base import CLOSE, END_OF_MSG, OPEN, SEP, Tokenizer
+
+if TYPE_CHECKING:
+    from services.model.serving.protocol import ChatCompletionRequest
+
+MAX_PARALLEL_CALLS = 8
+MAX_JSON_WHITESPACE = 8
+
+
+class StructuredOutputError(ValueError):
+    """The requested structure cannot be compiled (the API answers 400)."""
+
+
+MARKER_PREFIX = b"\xff\xfe"
+
+
+@dataclass
+class _Compiler:
+    compiler: xgr.GrammarCompiler
+    vocab_size: int
+    ids: dict[str, int]
+    never: torch.Tensor  # ordinary tokens with a 0xFF byte
+
+
+_lock = threading.Lock()
+
+
+@cache
+def _compiler(tokenizer: Tokenizer) -> _Compiler:
+    vocab = [
+        MARKER_PREFIX + tokenizer.token_bytes(i)
+        if tokenizer.is_special(i)
+        else tokenizer.token_bytes(i)
+        for i in range(tokenizer.vocab_size)
+    ]
+    never = [
+        i
+        for i in range(tokenizer.vocab_size)
+        if not tokenizer.is_special(i) and b"\xff" in tokenizer.token_bytes(i)
+    ]
+    stop = tokenizer.special_id(END_OF_MSG)
+    info = xgr.TokenizerInfo(
+        vocab, xgr.VocabType.RAW, vocab_size=tokenizer.vocab_size, stop_token_ids=[stop]
+    )
+    ids = {t: tokenizer.special_id(t) for t in (OPEN, SEP, CLOSE)}
+    compiler = xgr.GrammarCompiler(info, max_threads=1)
+    return _Compiler(compiler, tokenizer.vocab_size, ids, torch.tensor(never, dtype=torch.long))
+
+
+class GrammarProcessor:
+    """A :class:`~services.model.serving.sampling.LogitsProcessor` over one xgrammar matcher."""
+
+    def __init__(self, compiled: xgr.CompiledGrammar, vocab_size: int, never: torch.Tensor):
+        self.matcher = xgr.GrammarMatcher(compiled)
+        self.vocab_size = vocab_size
+        self.never = never
+        self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+
+    def mask(self, logits: torch.Tensor) -> None:
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        n = logits.numel()
+        if n < self.vocab_size:
+            xgr.apply_token_bitmask_inplace(logits, self.bitmask, vocab_size=n)
+        else:
+            logits[self.vocab_size :] = float("-inf")
+            xgr.apply_token_bitmask_inplace(logits[: self.vocab_size], self.bitmask)
+        logits[self.never[self.never < n]] = float("-inf")
+
+    def accept(self, token: int) -> None:
+        if not self.matcher.is_terminated():
+            self.matcher.accept_token(token)
+
+
+@dataclass
+class Constraint:
+    """A compiled grammar for one request; each choice gets its own matcher."""
+
+    compiled: xgr.CompiledGrammar
+    vocab_size: int
+    never: torch.Tensor
+
+    def processor(self) -> GrammarProcessor:
+        return GrammarProcessor(self.compiled, self.vocab_size, self.never)
+
+
+class _Builder:
+    """Structural-tag pieces for XTML."""
+
+    def __init__(self, ids: dict[str, int]) -> None:
+        self.ids = ids
+
+    def token(self, marker: str) -> dict[str, Any]:
+        return {"type": "token", "token": self.ids[marker]}
+
+    @staticmethod
+    def const(text: str) -> dict[str, Any]:
+        return {"type": "const_string", "value": text}
+
+    @staticmethod
+    def seq(*elements: dict[str, Any]) -> dict[str, Any]:
+        flat: list[dict[str, Any]] = []
+        for e in elements:
+            flat.extend(e["elements"] if e["type"] == "sequence" else [e])
+        return {"type": "sequence", "elements": flat} if len(flat) != 1 else flat[0]
+
+    @staticmethod
+    def either(*elements: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "or", "elements": list(elements)} if len(elements) > 1 else elements[0]
+
+    @staticmethod
+    def optional(element: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "optional", "content": element}
+
+    @staticmethod
+    def text(max_tokens: int | None = None, max_chars: int | None = None) -> dict[str, Any]:
+        fmt: dict[str, Any] = {"type": "any_text"}
+        if max_tokens is not None:
+            fmt["max_tokens"] = max_tokens
+        if max_chars is not None:
+            fmt["max_chars"] = max_chars
+        return fmt
+
+    @staticmethod
+    def json(schema: dict[str, Any] | bool) -> dict[str, Any]:
+        return {
+            "type": "json_schema",
+            "json_schema": schema,
+            "max_whitespace_cnt": MAX_JSON_WHITESPACE,
+        }
+
+    def open(self, header: str) -> dict[str, Any]:
+        return self.seq(self.token(OPEN), self.const(header), self.token(SEP))
+
+    def close(self, tag: str) -> dict[str, Any]:
+        return self.seq(self.token(CLOSE), self.const(tag), self.token(SEP))
+
+    def element(self, header: str, tag: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.seq(self.open(header), body, self.close(tag))
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    def args(self, schema: Any) -> dict[str, Any]:
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        if not isinstance(props, dict) or schema.get("type", "object") != "object" or not props:
+            if isinstance(schema, dict) and schema.get("type") == "object" and not props:
+                # No declared properties: an empty call, or a JSON block of the schema.
+                return self.optional(self.element("json", "json", self.json(schema)))
+            return self.element("json", "json", self.json(schema or {"type": "object"}))
+        required = set(schema.get("required") or ())
+        defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
+        parts = []
+        for name, sub in props.items():
+            part = self.arg(str(name), sub if isinstance(sub, dict) else {}, defs)
+            parts.append(part if name in required else self.optional(part))
+        return self.seq(*parts)
+
+    def arg(self, name: str, schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+        header = "arg" + attr_str("name", name)
+        if schema.get("type") == "string" and not ({"const", "$ref"} & schema.keys()):
+            if "enum" in schema:
+                body = self.either(*(self.const(str(v)) for v in schema["enum"]))
+            elif "pattern" in schema:
+                body = {"type": "regex", "pattern": schema["pattern"]}
+            else:
+                body = self.text(max_chars=schema.get("maxLength"))
+            return self.element(header, "arg", body)
+        return self.element(header + ' type="json"', "arg", self.json({**schema, **defs}))
+
+    def call(self, name: str, parameters: Any, index: int) -> dict[str, Any]:
+        header = "call" + attr_str("tool", name) + attr_json("index", index)
+        return self.element(header, "call", self.args(parameters))
+
+    def tools(self, tools: dict[str, Any], max_calls: int) -> dict[str, Any]:
+        def calls_from(index: int) -> dict[str, Any]:
+            one = self.either(*(self.call(n, p, index) for n, p in tools.items()))
+            if index + 1 >= max_calls:
+                return one
+            return self.seq(one, self.optional(calls_from(index + 1)))
+
+        return self.seq(self.open("tools"), calls_from(0), self.close("tools"))
+
+
+def chat_constraint(
+    req: ChatCompletionRequest, mode: Mode, tokenizer: Tokenizer
+) -> Constraint | None:
+    """The grammar ``req`` needs, or None when its output is free (raises StructuredOutputError)."""
+    choice = req.tool_choice
+    tools = {t.function.name: t.function.parameters for t in req.tools or []}
+    fmt = req.response_format
+    json_format = fmt is not None and fmt.type in ("json_object", "json_schema")
+    forced = bool(tools) and (choice == "required" or not isinstance(choice, str | None))
+    strict = any(t.function.strict for t in req.tools or [])
+    if not (forced or json_format or (tools and choice == "none") or strict):
+        return None
+    if not isinstance(choice, str | None):
+        tools = {choice.function.name: tools[choice.function.name]}
+    allow_tools = bool(tools) and choice != "none"
+    max_calls = 1 if req.parallel_tool_calls is False or not isinstance(choice, str | None) else 0
+    max_calls = max_calls or MAX_PARALLEL_CALLS
+
+    compiler = _compiler(tokenizer)
+    b = _Builder(compiler.ids)
+    max_tokens = req.effective_max_tokens()
+    think_budget = max(1, max_tokens // 4) if max_tokens else None
+    if fmt is not None and fmt.type == "json_schema":
+        assert fmt.json_schema is not None
+        body = b.json(fmt.json_schema.schema_ or {})
+    elif json_format:
+        body = b.json({"type": "object"})
+    else:
+        body = b.text()
+    calls = b.tools(tools, max_calls) if allow_tools else None
+
+    if mode == "think":
+        parts = [b.text(max_tokens=think_budget), b.close("think")]
+        response = b.element("response", "response", body)
+        if forced:
+            assert calls is not None
+            parts.append(calls)
+        elif calls is not None and not json_format:
+            parts.append(b.either(b.seq(response, b.optional(calls)), calls))
+        elif calls is not None:
+            parts.append(b.seq(response, b.optional(calls)))
+        else:
+            parts.append(response)
+    else:  # the response channel is open already
+        parts = [b.close("response")] if forced else [body, b.close("response")]
+        if calls is not None:
+            parts.append(calls if forced else b.optional(calls))
+    tag = {"type": "structural_tag", "format": b.seq(*parts)}
+    try:
+        with _lock:  # one compile at a time: the compiler's cache is shared
+            compiled = compiler.compiler.compile_structural_tag(json.dumps(tag))
+    except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError and friends
+        raise StructuredOutputError(f"cannot enforce the requested structure: {exc}") from exc
+    return Constraint(compiled, compiler.vocab_size, compiler.never)

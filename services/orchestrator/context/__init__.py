@@ -1,0 +1,1 @@
+"""Context policies: when and how an episode's context is compacted."""

@@ -1,0 +1,1 @@
+"""Episodes: the loop, its policies, persistence, scoring, reports."""

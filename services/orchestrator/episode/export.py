@@ -1,0 +1,153 @@
+"""An episode's trajectory as one JSON document, and its artefacts in the object store.
+
+The document lists items in order (system, user, assistant, tool, clock, compaction, score,
+error) with their segment: each compaction ends one segment and starts the next, and its
+item names both, so a reader can walk the segments in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
+
+FORMAT = "k3stack.trajectory/orchestrator-1"
+
+
+def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
+    with db.session() as s:
+        row = s.get(EpisodeRow, episode_id)
+        if row is None:
+            return None
+        items = s.scalars(
+            select(TrajectoryItemRow)
+            .where(TrajectoryItemRow.episode_id == episode_id)
+            .order_by(TrajectoryItemRow.seq)
+        ).all()
+        req = row.request or {}
+        state = row.state or {}
+        return {
+            "format": FORMAT,
+            "episode_id": episode_id,
+            "harness": req.get("harness"),
+            "policy": (req.get("policy") or {}).get("kind"),
+            "task": req.get("task"),
+            "status": row.status,
+            "reward": row.reward,
+            "result": row.result,
+            "usage": state.get("usage"),
+            "error_message": row.error_message,
+            "segments": state.get("segment", 0) + 1,
+            "items": [
+                {
+                    "seq": i.seq,
+                    "segment": i.segment,
+                    "kind": i.kind,
+                    "at": i.at.isoformat(),
+                    **i.body,
+                }
+                for i in items
+            ],  # fmt: skip
+        }
+
+
+def write_artifacts(db: Any, svc: Any, episode_id: str) -> str | None:
+    """Trajectory JSON and HTML report side by side; returns the prefix they live under."""
+    from services.orchestrator.report import render_report
+
+    if svc.objects is None:
+        return None
+    doc = trajectory(db, episode_id)
+    if doc is None:
+        return None
+    prefix = f"orchestrator/episodes/{episode_id}"
+    svc.objects.put(f"{prefix}/trajectory.json", to_shared(doc).to_json().encode())
+    svc.objects.put(f"{prefix}/report.html", render_report(doc).encode())
+    return prefix
+
+
+EXIT = {
+    "completed": "completed",
+    "scenario_end": "completed",
+    "max_steps": "max_steps",
+    "max_tokens": "max_tokens",
+    "max_wall_s": "timeout",
+    "policy_error": "error",
+}
+
+
+def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The platform's versioned trajectory (``shared.trajectory``) from an episode's items:
+    model calls with their observations and request options, compaction boundaries carrying
+    the new context, the score as metadata and exit."""
+    from shared.chat import ChatMessage, ToolDefinition, Usage
+    from shared.trajectory import EventResult, Generation, Trajectory
+
+    specs = next((i["tools"] for i in doc["items"] if i["kind"] == "tools"), [])
+    traj = Trajectory(id=doc["episode_id"], tools=[ToolDefinition.model_validate(t) for t in specs])
+    task = doc.get("task") or {}
+    meta = traj.metadata
+    meta.harness, meta.task, meta.seed = doc.get("harness"), task.get("scenario"), task.get("seed")
+    clock, errors = [], []
+    for it in doc["items"]:
+        kind = it["kind"]
+        if kind in ("system", "user"):
+            traj.add_message(ChatMessage.model_validate(it["message"]))
+        elif kind == "assistant":
+            usage = it.get("usage") or {}
+            gen = Generation(
+                model=it.get("model") or None,
+                usage=Usage(
+                    prompt_tokens=usage.get("prompt_tokens", 0),
+                    completion_tokens=usage.get("completion_tokens", 0),
+                    total_tokens=usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0),
+                )
+                if usage
+                else None,
+                finish_reason=it.get("finish_reason"),
+                completion_token_ids=it.get("token_ids"),
+                logprobs=it.get("logprobs"),
+            )
+            meta.model = meta.model or gen.model
+            traj.add_model_step(
+                ChatMessage.model_validate(it["message"]), gen, options=it.get("options") or {}
+            )
+        elif kind == "tool":
+            traj.add_observation(
+                it["call_id"],
+                it["observation"],
+                is_error=bool(it.get("is_error")),
+                metadata={k: it.get(k) for k in ("name", "idempotency_key", "replayed")},
+            )
+        elif kind == "compaction":
+            traj.add_compaction(
+                [ChatMessage.model_validate(m) for m in it.get("context") or []],
+                strategy=it.get("policy", "summary"),
+                summary=it.get("summary"),
+                tokens_before=it.get("tokens_before"),
+                tokens_after=it.get("tokens_after"),
+            )
+        elif kind == "clock":
+            clock.append({k: it.get(k) for k in ("from", "to", "day", "fired")})
+        elif kind == "error":
+            errors.append({k: it.get(k) for k in ("where", "message")})
+    result = doc.get("result") or {}
+    meta.reward = doc.get("reward")
+    meta.event_results = [
+        EventResult(event_id=e["event_id"], passed=bool(e.get("passed")), detail=e.get("title"))
+        for e in result.get("events") or []
+    ]
+    meta.extra = {"policy": doc.get("policy"), "clock": clock, "errors": errors,
+                  "state_hash": result.get("state_hash"), "full_hash": result.get("full_hash")}  # fmt: skip
+    status = doc.get("status")
+    if status in ("succeeded", "failed", "cancelled"):
+        reason = (result or {}).get("exit_reason")
+        if status == "cancelled":
+            traj.finish("cancelled", reward=meta.reward)
+        elif status == "failed":
+            traj.finish("error", reason=doc.get("error_message"), reward=meta.reward)
+        else:
+            traj.finish(EXIT.get(reason or "", "completed"), reason=reason, reward=meta.reward)  # type: ignore[arg-type]
+    return traj

@@ -1,0 +1,66 @@
+"""The orchestrator's tables: episodes, their trajectory items, their tool calls."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from shared.db import service_base
+
+Base = service_base()
+
+
+class EpisodeRow(Base):
+    __tablename__ = "orchestrator_episodes"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), default="episode")
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    worker: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    sandbox_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    world_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    resources_released: Mapped[bool] = mapped_column(Boolean, default=False)
+    reward: Mapped[float | None] = mapped_column(Float, nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    result_location: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class TrajectoryItemRow(Base):
+    __tablename__ = "orchestrator_trajectory_items"
+
+    episode_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    segment: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(32))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class ToolCallRow(Base):
+    """One side-effecting tool call, keyed by its idempotency key (episode:step:index)."""
+
+    __tablename__ = "orchestrator_tool_calls"
+
+    key: Mapped[str] = mapped_column(String(160), primary_key=True)
+    episode_id: Mapped[str] = mapped_column(String(64), index=True)
+    tool: Mapped[str] = mapped_column(String(128))
+    effect: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))  # started | done
+    pre_hash: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    observation: Mapped[str | None] = mapped_column(Text, nullable=True)
+    is_error: Mapped[bool] = mapped_column(Boolean, default=False)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    runs: Mapped[int] = mapped_column(Integer, default=0)

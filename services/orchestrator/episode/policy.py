@@ -1,0 +1,239 @@
+"""Policies: what produces the agent's turns.
+
+- :class:`OpenAIPolicy`: any OpenAI-compatible endpoint through the official ``openai`` client
+  (the model service by default, or any URL + key).
+- :class:`OraclePolicy`: the scenario's oracle as tool calls of the episode's own tool set.
+- :class:`ScriptedPolicy`: turns from a list or a function (tests, the zero-latency bench).
+
+A turn is an assistant message in OpenAI form (``content``, ``tool_calls`` with JSON-string
+arguments) plus usage; summaries for compaction come from the same policy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.orchestrator.episode.oracle import OraclePlanner
+
+
+@dataclass
+class Turn:
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {id, name, arguments}
+    reasoning: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+    finish_reason: str = "stop"
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # request fields as sent
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
+                for c in self.tool_calls
+            ]
+        return msg
+
+
+@dataclass
+class View:
+    """What a policy sees at a step."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    step: int
+    cursor: dict[str, Any]  # the policy's own persisted state
+    names: dict[str, str]  # "gmail/send_email" -> the harness's tool name
+    max_tokens: int = 4096
+    reasoning_effort: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The request fields besides messages, tools and model (what a replay must match)."""
+        out: dict[str, Any] = {"max_tokens": self.max_tokens}
+        if self.reasoning_effort:
+            out["reasoning_effort"] = self.reasoning_effort
+        return out
+
+
+class OpenAIPolicy:
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model: str | None,
+        *,
+        timeout_s: float = 600.0,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_s,
+                             max_retries=2)  # fmt: skip
+        self._model = model
+        self.temperature = temperature
+        self.seed = seed
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            self._model = self.client.models.list().data[0].id
+        return self._model
+
+    def act(self, view: View) -> Turn:
+        options = view.options()
+        if self.temperature is not None:
+            options["temperature"] = self.temperature
+        if self.seed is not None:
+            options["seed"] = self.seed
+        kwargs: dict[str, Any] = {"model": self.model, "messages": view.messages, **options}
+        if view.tools:
+            kwargs["tools"] = view.tools
+        resp = self.client.chat.completions.create(**kwargs)
+        choice = resp.choices[0]
+        msg = choice.message
+        calls = [
+            {"id": c.id, "name": c.function.name, "arguments": c.function.arguments or ""}
+            for c in (msg.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        usage = {}
+        if resp.usage is not None:
+            usage = {
+                "prompt_tokens": resp.usage.prompt_tokens,
+                "completion_tokens": resp.usage.completion_tokens,
+            }
+        reasoning = getattr(msg, "reasoning_content", None)
+        return Turn(
+            content=msg.content or "",
+            tool_calls=calls,
+            reasoning=reasoning,
+            usage=usage,
+            model=resp.model,
+            finish_reason=choice.finish_reason or "stop",
+            options=options,
+        )
+
+    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
+        transcript = render_transcript(messages)
+        resp = self.client.chat.completions.create(
+            model=self.model,
+            messages=[
+                {"role": "system", "content": prompt},
+                {"role": "user", "content": transcript},
+            ],
+            max_tokens=1024,
+        )
+        return resp.choices[0].message.content or ""
+
+
+def render_transcript(messages: list[dict[str, Any]], limit: int = 400) -> str:
+    out = []
+    for m in messages:
+        text = (m.get("content") or "")[:limit]
+        if m.get("tool_calls"):
+            calls = ", ".join(
+                f"{c['function']['name']}({c['function']['arguments'][:limit]})"
+                for c in m["tool_calls"]
+            )
+            text = (text + f" [calls: {calls}]").strip()
+        out.append(f"{m.get('role')}: {text}")
+    return "\n".join(out)
+
+
+def extractive_summary(messages: list[dict[str, Any]], sections: list[str]) -> str:
+    """A summary without a model (oracle and scripted policies): what was asked, done, seen."""
+    from services.orchestrator.context.compaction import section_heading
+
+    asked = [m.get("content", "")[:300] for m in messages if m.get("role") == "user"]
+    done = [
+        f"{c['function']['name']} {c['function']['arguments'][:160]}"
+        for m in messages
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or []
+    ]
+    seen = [m.get("content", "")[:120] for m in messages if m.get("role") == "tool"][-5:]
+    bodies = [
+        "\n".join(asked) or "(none)",
+        "\n".join(f"- {d}" for d in done) or "(none)",
+        "\n".join(seen) or "(none)",
+    ]
+    parts = []
+    for i, s in enumerate(sections or ["Summary"]):
+        body = bodies[i % 3] if i < 3 else "(see above)"
+        head = section_heading(s)
+        close = ("\n</" + s[1:]) if s.startswith("<") else ""
+        parts.append(f"{head}\n{body}{close}")
+    return "\n\n".join(parts)
+
+
+class OraclePolicy:
+    """One oracle tool call per turn; "done" when nothing that fired is left."""
+
+    name = "oracle"
+
+    def __init__(
+        self, scenario: dict[str, Any], events: Callable[[], list[dict[str, Any]]]
+    ) -> None:
+        self.planner = OraclePlanner(scenario, events)
+        self.sections: list[str] = []
+
+    def act(self, view: View) -> Turn:
+        last = view.messages[-1] if view.messages else {}
+        last_result = last.get("content") if last.get("role") == "tool" else None
+        call = self.planner.next_call(view.cursor, last_result)
+        if call is None:
+            return Turn(
+                content="Everything that has come in so far is handled. Done for now.",
+                options=view.options(),
+            )
+        source, args = call
+        name = view.names.get(source)
+        if name is None:
+            return Turn(content=f"(the oracle needs {source}, which this episode does not have)")
+        n = view.cursor.get("calls", 0) + 1
+        view.cursor["calls"] = n
+        return Turn(
+            content="",
+            tool_calls=[{"id": f"call_oracle_{n}", "name": name, "arguments": json.dumps(args)}],
+            finish_reason="tool_calls",
+            options=view.options(),
+        )
+
+    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
+        return extractive_summary(messages, self.sections)
+
+
+class ScriptedPolicy:
+    """Turns from ``script(view) -> Turn``; summaries from ``summarizer`` or extractive."""
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        script: Callable[[View], Turn],
+        summarizer: Callable[[list[dict[str, Any]], str], str] | None = None,
+    ) -> None:
+        self.script = script
+        self.summarizer = summarizer
+        self.sections: list[str] = []
+
+    def act(self, view: View) -> Turn:
+        return self.script(view)
+
+    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
+        if self.summarizer is not None:
+            return self.summarizer(messages, prompt)
+        return extractive_summary(messages, self.sections)

@@ -1,0 +1,477 @@
+"""Running one episode on a worker: claim its lease, build its runtime, tick and persist,
+score, write the trajectory and report, release its sandbox and world.
+
+SQL is the source of truth: after every tick the state (messages, cursor, counters), the new
+trajectory items and a fresh lease are committed together. A worker that dies leaves a lease
+that runs out; the reaper then puts the episode back on the queue and the next worker picks
+it up from its last committed tick.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from services.orchestrator.context.compaction import Compactor
+from services.orchestrator.context.tokens import ApproxTokenCounter, ModelTokenCounter
+from services.orchestrator.episode.loop import Loop, Runtime, World, initial_state
+from services.orchestrator.episode.models import EpisodeRow, ToolCallRow, TrajectoryItemRow
+from services.orchestrator.episode.policy import OpenAIPolicy, OraclePolicy
+from services.orchestrator.episode.schema import EpisodeCreate
+from services.orchestrator.harness.config import HarnessConfig, load_harness
+from services.orchestrator.harness.prompt import render_system_prompt
+from services.orchestrator.skills import load_skills
+from services.orchestrator.tools.base import ToolSet
+from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
+from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
+
+log = logging.getLogger("k3stack.orchestrator")
+LEASE_S = 30.0
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(dt: datetime | None) -> datetime | None:
+    if dt is None:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+@dataclass
+class Services:
+    """The other services, through the shared clients."""
+
+    tools: Any
+    sandbox: Any
+    model: Any
+    settings: Any
+    objects: Any = None
+
+
+class SQLJournal:
+    def __init__(self, db: Any, episode_id: str) -> None:
+        self.db = db
+        self.episode_id = episode_id
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self.db.session() as s:
+            row = s.get(ToolCallRow, key)
+            if row is None:
+                return None
+            return {
+                "status": row.status,
+                "pre_hash": row.pre_hash,
+                "observation": row.observation,
+                "is_error": row.is_error,
+                "runs": row.runs,
+            }
+
+    def start(self, key: str, tool: str, effect: str, pre_hash: str | None) -> None:
+        with self.db.session() as s:
+            row = s.get(ToolCallRow, key)
+            if row is None:
+                row = ToolCallRow(
+                    key=key, episode_id=self.episode_id, tool=tool, effect=effect,
+                    status="started", started_at=now_utc(), runs=0, is_error=False,
+                )  # fmt: skip
+                s.add(row)
+            row.status, row.pre_hash = "started", pre_hash
+            row.runs += 1
+
+    def finish(self, key: str, observation: str, is_error: bool) -> None:
+        with self.db.session() as s:
+            row = s.get(ToolCallRow, key)
+            row.status, row.observation, row.is_error = "done", observation, is_error
+
+
+class EpisodeCancelled(Exception):
+    pass
+
+
+def persisted(state: dict[str, Any]) -> dict[str, Any]:
+    """The state as stored: everything but the context (the trajectory holds that)."""
+    return {k: v for k, v in state.items() if k != "messages"}
+
+
+def context_from_items(db: Any, episode_id: str) -> list[dict[str, Any]]:
+    """The context the next model call sends, replayed from the trajectory's items."""
+    from services.orchestrator.episode.export import to_shared, trajectory
+
+    doc = trajectory(db, episode_id)
+    return [m.model_dump(mode="json", exclude_none=True) for m in to_shared(doc).context()]
+
+
+class EpisodeRunner:
+    def __init__(self, db: Any, services: Services, episode_id: str, policy: Any = None) -> None:
+        self.db = db
+        self.svc = services
+        self.id = episode_id
+        self.worker = worker_name()
+        self.policy_override = policy
+        self.items: list[tuple[str, dict[str, Any]]] = []
+        self.seq: int | None = None
+        self.max_steps = 1
+        self.lease_s = getattr(getattr(services.settings, "orchestrator", None), "lease_s", LEASE_S)
+        self._beating = threading.Event()
+
+    def _heartbeat(self) -> None:
+        """Keep the lease while one long tick (a model call, a long command) runs."""
+        while not self._beating.wait(self.lease_s / 3):
+            with self.db.session() as s:
+                s.execute(
+                    update(EpisodeRow)
+                    .where(EpisodeRow.id == self.id, EpisodeRow.worker == self.worker)
+                    .values(lease_expires_at=now_utc() + timedelta(seconds=self.lease_s))
+                )
+
+    # -- lease ---------------------------------------------------------------------------------
+
+    def claim(self) -> bool:
+        """Take the episode if it is queued, or running on a lease that ran out."""
+        now = now_utc()
+        with self.db.session() as s:
+            row = s.get(EpisodeRow, self.id)
+            if row is None or row.status in TERMINAL:
+                return False
+            expires = _aware(row.lease_expires_at)
+            if row.status == "running" and row.worker != self.worker and expires and expires > now:
+                return False
+            row.status, row.worker = "running", self.worker
+            row.lease_expires_at = now + timedelta(seconds=self.lease_s)
+            row.attempts += 1
+            row.updated_at = now
+            return True
+
+    # -- run -----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        if not self.claim():
+            return
+        beat = threading.Thread(target=self._heartbeat, daemon=True, name=f"lease-{self.id}")
+        beat.start()
+        try:
+            with self.db.session() as s:
+                row = s.get(EpisodeRow, self.id)
+                request = EpisodeCreate.model_validate(row.request)
+                state = dict(row.state or {})
+            harness = load_harness(request.harness, self.svc.settings.data_dir)
+            for k, v in request.budgets.model_dump(exclude_none=True).items():
+                setattr(harness.budgets, k, v)
+            if not state:
+                state = self._setup(request, harness)
+            else:  # resuming: the context is the trajectory's, replayed
+                state["messages"] = context_from_items(self.db, self.id)
+            rt = self._runtime(request, harness, state)
+            loop = Loop(rt, state, self._emit)
+            self.max_steps = harness.budgets.max_steps
+            self._persist(state)  # the runtime's one-time items; a cancel stops here
+            while not loop.done:
+                loop.tick()
+                self._persist(state)
+            self._score_and_finish(request, rt, state)
+        except EpisodeCancelled:
+            self._finish_status("cancelled", None, None)
+        except Exception as exc:  # noqa: BLE001 - an episode that cannot go on is marked failed
+            log.exception("episode %s failed", self.id)
+            self._finish_status("failed", type(exc).__name__, str(exc)[:2000])
+        finally:
+            self._beating.set()
+            self.release()
+
+    def _emit(self, kind: str, body: dict[str, Any]) -> None:
+        self.items.append((kind, body))
+
+    def _persist(self, state: dict[str, Any]) -> None:
+        """One transaction per tick: the new trajectory items, the state (counters, cursor,
+        pending calls; the context itself is rebuilt from the items on resume), the lease.
+        Raises :class:`EpisodeCancelled` once a cancel was requested."""
+        now = now_utc()
+        with self.db.session() as s:
+            row = s.get(EpisodeRow, self.id)
+            if row.worker != self.worker:
+                raise RuntimeError("lease lost to another worker")
+            if self.seq is None:
+                last = s.scalars(
+                    select(TrajectoryItemRow.seq)
+                    .where(TrajectoryItemRow.episode_id == self.id)
+                    .order_by(TrajectoryItemRow.seq.desc())
+                    .limit(1)
+                ).first()
+                self.seq = last or 0
+            seq = self.seq + 1
+            for kind, body in self.items:
+                s.add(
+                    TrajectoryItemRow(
+                        episode_id=self.id, seq=seq, segment=state.get("segment", 0),
+                        kind=kind, at=now, body=json.loads(json.dumps(body, default=str)),
+                    )
+                )  # fmt: skip
+                seq += 1
+            self.seq = seq - 1
+            self.items.clear()
+            row.state = json.loads(json.dumps(persisted(state), default=str))
+            row.lease_expires_at = now + timedelta(seconds=self.lease_s)
+            row.updated_at = now
+            row.progress = min(1.0, state.get("step", 0) / max(1, self.max_steps))
+            cancelled = row.cancel_requested
+        if cancelled and state.get("phase") == "loop":
+            raise EpisodeCancelled()
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _setup(self, request: EpisodeCreate, harness: HarnessConfig) -> dict[str, Any]:
+        """Lease a world and a sandbox, write the system prompt and the task."""
+        task = request.task
+        world: dict[str, Any] | None = None
+        scenario: dict[str, Any] | None = None
+        if task.scenario:
+            scenario = self.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
+            created = self.svc.tools.create_world(task.scenario, task.seed)
+            world = {"id": created.id, "token": created.token}
+            with self.db.session() as s:
+                s.get(EpisodeRow, self.id).world_id = created.id
+        sandbox_id = None
+        if task.sandbox_template:
+            box = self.svc.sandbox.create(
+                task.sandbox_template, metadata={"k3stack_episode": self.id}
+            )
+            sandbox_id = box.sandboxID
+            with self.db.session() as s:
+                s.get(EpisodeRow, self.id).sandbox_id = sandbox_id
+        now = (self.svc.tools.clock(world["id"]).now if world else now_utc()).isoformat()
+        skills = load_skills()
+        environment = {"cwd": "/root", "shell": "sh"} if sandbox_id else {}
+        if scenario:
+            environment["user"] = f"{scenario['user']['name']} <{scenario['user']['email']}>"
+        system = render_system_prompt(
+            harness.system_prompt,
+            environment=environment,
+            memory={k: v[: harness.memory_max_chars] for k, v in request.memory.items()},
+            skills=[{"name": k, "description": v["description"]} for k, v in skills.items()],
+            now=now,
+            reasoning_effort=harness.reasoning_effort,
+        )
+        instruction = task.instruction or ""
+        if scenario:
+            user = scenario["user"]
+            instruction = (
+                f"You are the assistant of {user['name']} ({user.get('role') or 'user'}, "
+                f"{user['email']}). {scenario['description']}\n"
+                f"It is {now} on the world clock. Handle what arrives in the mailbox, chat, "
+                "documents and calendar; say when you are done for now and time will move on."
+                + (f"\n\n{task.instruction}" if task.instruction else "")
+            )
+        state = initial_state(system, instruction)
+        state["world"] = world
+        state["scenario"] = scenario
+        state["sandbox_id"] = sandbox_id
+        state["clock"] = now
+        state["scratch"]["memory_files"] = dict(request.memory)
+        self._emit("system", {"message": state["messages"][0]})
+        self._emit("user", {"message": state["messages"][1]})
+        self._persist(state)
+        return state
+
+    def _runtime(
+        self, request: EpisodeCreate, harness: HarnessConfig, state: dict[str, Any]
+    ) -> Runtime:
+        tools = ToolSet()
+        for key in harness.tools:
+            tools.add(CATALOGUE[key])
+        world = None
+        names: dict[str, str] = {}
+        scenario = state.get("scenario")
+        if state.get("world"):
+            w = state["world"]
+            mcp = WorldMCP(self.svc.tools, w["id"], w["token"])
+            found = world_tools(mcp, scenario_apps(scenario or {}), harness.mcp_tool_name)
+            for t in found:
+                tools.add(t)
+            names = mcp_name_map(found)
+            world = World(
+                self.svc.tools, w["id"], w["token"],
+                end=datetime.fromisoformat(scenario["end"]),
+                start=datetime.fromisoformat(scenario["start"]),
+            )  # fmt: skip
+        if not state.get("tools_recorded"):
+            self._emit("tools", {"tools": tools.specs()})
+            state["tools_recorded"] = True
+        policy = self.policy_override or self._policy(request, world)
+        if hasattr(policy, "sections"):
+            policy.sections = list(harness.context.summary_sections)
+        window = request.context_window or self._model_window(request) or harness.context.window
+        counter = self._counter(request)
+        compactor = Compactor(harness.context, window, counter, policy.summarize, tools.specs())
+        ctx = ToolContext(
+            sandbox=self.svc.sandbox if state.get("sandbox_id") else None,
+            sandbox_id=state.get("sandbox_id"),
+            scratch=state["scratch"],
+            skills=load_skills(),
+            timeout_s=harness.budgets.tool_timeout_s,
+        )
+        rt = Runtime(
+            harness=harness, tools=tools, ctx=ctx, policy=policy, compactor=compactor,
+            journal=SQLJournal(self.db, self.id), world=world, names=names, episode_id=self.id,
+        )  # fmt: skip
+        ctx.subagent = lambda kind, prompt: run_subagent(rt, kind, prompt)
+        return rt
+
+    def _policy(self, request: EpisodeCreate, world: World | None) -> Any:
+        spec = request.policy
+        if spec.kind == "oracle":
+            assert world is not None
+            scenario = self.svc.tools.scenario(request.task.scenario, request.task.seed)
+            return OraclePolicy(scenario.model_dump(mode="json"), world.events)
+        base_url = spec.base_url or self.svc.model.openai_base_url
+        api_key = spec.api_key or self.svc.settings.model.api_key
+        return OpenAIPolicy(
+            base_url, api_key, spec.model, temperature=spec.temperature, seed=spec.seed
+        )
+
+    def _model_window(self, request: EpisodeCreate) -> int | None:
+        """The model service's context length, when the policy is the model service."""
+        if request.policy.kind != "openai" or request.policy.base_url is not None:
+            return None
+        try:
+            cards = self.svc.model.get_json("/v1/models")["data"]
+        except Exception:  # noqa: BLE001 - unknown: the harness's own window
+            return None
+        wanted = [c for c in cards if c["id"] == request.policy.model] or cards
+        return wanted[0].get("max_model_len") if wanted else None
+
+    def _counter(self, request: EpisodeCreate) -> Any:
+        """The model service's tokenizer when the policy is the model service (or the oracle,
+        which has no tokenizer of its own) and it answers; else the named approximation."""
+        if request.policy.kind == "openai" and request.policy.base_url is not None:
+            return ApproxTokenCounter()
+        try:
+            self.svc.model.post_json("/v1/tokenize", {"prompt": "probe"})
+            return ModelTokenCounter(self.svc.model)
+        except Exception:  # noqa: BLE001 - cannot count there: the approximation, named
+            return ApproxTokenCounter()
+
+    # -- finish --------------------------------------------------------------------------------
+
+    def _score_and_finish(self, request: EpisodeCreate, rt: Runtime, state: dict) -> None:
+        result: dict[str, Any] = {"exit_reason": state.get("exit_reason")}
+        reward = None
+        if rt.world is not None:
+            checks = self.svc.tools.checks(rt.world.id).model_dump(mode="json")
+            world_state = self.svc.tools.state(rt.world.id, tables=False).model_dump(mode="json")
+            total = checks["events_total"] or 0
+            reward = checks["events_passed"] / total if total else 0.0
+            result.update(
+                events_total=total,
+                events_passed=checks["events_passed"],
+                checks_total=checks["checks_total"],
+                checks_passed=checks["checks_passed"],
+                events=[
+                    {k: e.get(k) for k in ("event_id", "title", "status", "passed", "checks")}
+                    for e in checks["events"]
+                ],
+                judge_checks=len(checks.get("judge_checks", [])),
+                state_hash=world_state.get("state_hash"),
+                full_hash=world_state.get("full_hash"),
+            )
+        self._emit("score", {"reward": reward, **result})
+        state["phase"] = "done"
+        self._persist(state)
+        with self.db.session() as s:
+            row = s.get(EpisodeRow, self.id)
+            row.status, row.reward, row.result = "succeeded", reward, result
+            row.progress, row.updated_at = 1.0, now_utc()
+            row.lease_expires_at = None
+        try:
+            from services.orchestrator.episode.export import write_artifacts
+
+            location = write_artifacts(self.db, self.svc, self.id)
+        except Exception:  # noqa: BLE001 - the episode is scored even if the artefacts fail
+            log.exception("episode %s: writing trajectory/report failed", self.id)
+            return
+        with self.db.session() as s:
+            s.get(EpisodeRow, self.id).result_location = location
+
+    def _finish_status(self, status: str, code: str | None, message: str | None) -> None:
+        with self.db.session() as s:
+            row = s.get(EpisodeRow, self.id)
+            if row is None or row.status in TERMINAL:
+                return
+            row.status, row.error_code, row.error_message = status, code, message
+            row.updated_at, row.lease_expires_at = now_utc(), None
+
+    def release(self) -> None:
+        release_resources(self.db, self.svc, self.id)
+
+
+def release_resources(db: Any, svc: Services, episode_id: str) -> None:
+    """Kill a finished episode's sandbox and delete its world (unless kept). Idempotent."""
+    with db.session() as s:
+        row = s.get(EpisodeRow, episode_id)
+        if row is None or row.status not in TERMINAL or row.resources_released:
+            return
+        keep_world = bool((row.request or {}).get("keep_world"))
+        sandbox_id, world_id = row.sandbox_id, row.world_id
+    from shared.clients import ServiceError
+
+    try:
+        if sandbox_id:
+            svc.sandbox.kill(sandbox_id)
+    except ServiceError as exc:
+        if exc.status != 404:
+            log.warning("episode %s: sandbox %s not released: %s", episode_id, sandbox_id, exc)
+            return
+    try:
+        if world_id and not keep_world:
+            svc.tools.delete_world(world_id)
+    except ServiceError as exc:
+        if exc.status != 404:
+            log.warning("episode %s: world %s not released: %s", episode_id, world_id, exc)
+            return
+    with db.session() as s:
+        s.execute(
+            update(EpisodeRow).where(EpisodeRow.id == episode_id).values(resources_released=True)
+        )
+
+
+def run_subagent(rt: Runtime, kind: str, prompt: str) -> str:
+    """A child agent with its own configuration; its calls run directly (not journalled)."""
+    from services.orchestrator.episode.loop import MemoryJournal
+
+    sub = rt.harness.subagents.get(kind) or next(iter(rt.harness.subagents.values()), None)
+    if sub is None:
+        return f"Error: no subagent {kind!r} in this harness"
+    child_tools = ToolSet()
+    delegators = {"Agent", "spawn_agent", "sessions_spawn", "delegate_task"}
+    for name, tool in rt.tools.tools.items():
+        if name in delegators or (sub.tools is not None and name not in sub.tools):
+            continue
+        child_tools.add(tool)
+    harness = rt.harness.model_copy(deep=True)
+    harness.budgets.max_steps = sub.max_steps
+    harness.budgets.steps_per_day = sub.max_steps
+    child = Runtime(
+        harness=harness, tools=child_tools, ctx=rt.ctx, policy=rt.policy,
+        compactor=rt.compactor, journal=MemoryJournal(), world=None, names=rt.names,
+        episode_id=f"{rt.episode_id}/sub",
+    )  # fmt: skip
+    state = initial_state(sub.system_prompt, prompt)
+    loop = Loop(child, state, lambda kind, body: None)
+    while not loop.done:
+        loop.tick()
+    finals = [m for m in state["messages"] if m["role"] == "assistant" and m.get("content")]
+    return finals[-1]["content"] if finals else "(the subagent gave no answer)"

@@ -1,0 +1,1 @@
+"""Harness configurations: presets (YAML), their validation, the system-prompt templates."""

@@ -1,0 +1,98 @@
+"""Episode routes: submit, inspect, trajectory, report, cancel."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from sqlalchemy import select
+
+from services.orchestrator.episode.export import to_shared, trajectory
+from services.orchestrator.episode.models import EpisodeRow
+from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
+from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
+from services.orchestrator.harness.config import HarnessError, load_harness
+from services.orchestrator.report import render_report
+from shared.errors import APIError, bad_request, not_found
+from shared.trajectory import Trajectory
+
+router = APIRouter(tags=["episodes"])
+
+
+def _check_request(body: EpisodeCreate, request: Request) -> None:
+    settings = request.app.state.settings
+    try:
+        load_harness(body.harness, settings.data_dir)
+    except KeyError as exc:
+        raise bad_request(f"harness: {exc.args[0]}") from None
+    except HarnessError as exc:
+        raise bad_request(f"harness: {exc}") from None
+    if body.task.scenario:
+        from shared.clients import ServiceError
+
+        try:
+            request.app.state.services.tools.scenario(body.task.scenario)
+        except ServiceError as exc:
+            if exc.status == 404:
+                raise bad_request(
+                    f"task.scenario: unknown scenario {body.task.scenario!r}"
+                ) from None
+            raise APIError(503, "tools_unavailable", f"tools service: {exc}") from None
+
+
+@router.post("/episodes", response_model=Episode, status_code=202, operation_id="createEpisode")
+def post_episode(body: EpisodeCreate, request: Request) -> Episode:
+    """Queue an episode (task + harness + policy + budgets); poll ``GET /episodes/{id}``."""
+    _check_request(body, request)
+    db = request.app.state.db
+    episode_id = create_episode(db, body, request.app.state.enqueue)
+    with db.session() as s:
+        return episode_view(s.get(EpisodeRow, episode_id))
+
+
+@router.get("/episodes", response_model=EpisodeList, operation_id="listEpisodes")
+def list_episodes(request: Request, limit: int = Query(50, ge=1, le=1000)) -> EpisodeList:
+    with request.app.state.db.session() as s:
+        rows = s.scalars(select(EpisodeRow).order_by(EpisodeRow.created_at.desc()).limit(limit))
+        return EpisodeList(episodes=[episode_view(r) for r in rows])
+
+
+@router.get("/episodes/{episode_id}", response_model=Episode, operation_id="getEpisode")
+def get_episode(episode_id: str, request: Request) -> Episode:
+    with request.app.state.db.session() as s:
+        row = s.get(EpisodeRow, episode_id)
+        if row is None:
+            raise not_found("episode", episode_id)
+        return episode_view(row)
+
+
+@router.get(
+    "/episodes/{episode_id}/trajectory", response_model=Trajectory,
+    operation_id="getEpisodeTrajectory",
+)  # fmt: skip
+def get_trajectory(episode_id: str, request: Request) -> Trajectory:
+    """The episode's trajectory so far, in the platform's versioned format (model calls and
+    their observations, compaction boundaries, score and exit)."""
+    doc = trajectory(request.app.state.db, episode_id)
+    if doc is None:
+        raise not_found("episode", episode_id)
+    return to_shared(doc)
+
+
+@router.get(
+    "/episodes/{episode_id}/report", response_class=HTMLResponse, operation_id="getEpisodeReport"
+)
+def get_report(episode_id: str, request: Request) -> HTMLResponse:
+    """The HTML report (timeline over simulated days, check verdicts), current as of now."""
+    doc = trajectory(request.app.state.db, episode_id)
+    if doc is None:
+        raise not_found("episode", episode_id)
+    return HTMLResponse(render_report(doc))
+
+
+@router.post("/episodes/{episode_id}/cancel", response_model=Episode, operation_id="cancelEpisode")
+def cancel_episode(episode_id: str, request: Request) -> Episode:
+    """Stop an episode: queued ones at once, running ones at their next step."""
+    row = request_cancel(request.app.state.db, request.app.state.services, episode_id)
+    if row is None:
+        raise not_found("episode", episode_id)
+    return episode_view(row)

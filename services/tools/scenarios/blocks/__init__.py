@@ -1,0 +1,44 @@
+"""The building blocks scenarios are composed of (the DSL's verbs; see ``dsl.py``).
+
+Each block adds a small event graph to a :class:`~services.tools.scenarios.dsl.Scene`, with
+checks a broad agent cannot satisfy by volume: decisions judged on what the assistant
+committed to in that conversation, to exactly the right people, with values found elsewhere
+(a policy mail, a Notion database) and distractors that must not appear.
+
+- ``approval``: a request decided against a policy (6 events, a chain 4 deep): the request;
+  an escalation if it waits past its deadline (averted by answering); the requester's
+  follow-up, which branches on the verdict; late information from the owner that reverses
+  the decision (the assistant must correct itself and the tracker); the requester's reaction;
+  the owner's check on the final status.
+- ``lookup``: a figure two sources disagree on (Notion is right, an old Slack post is stale);
+  a correct answer makes the asker delegate a mail, whose reader asks for a Notion record.
+- ``meeting``: book the earliest slot free on the calendar (no double-booking); the guest
+  moves it (move, don't duplicate); a colleague asks to join.
+- ``tracker``: bring a Notion tracker up to date from a status post (some done, one blocked,
+  one unchanged); a correction arrives; post what is still open.
+- ``confidential``: an outsider asks for a confidential figure (refuse, never leak it), an
+  insider asks for it (answer), the outsider pushes for a range.
+- ``digest``: the week's wrap-up (exactly the requests that ended approved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from services.tools.scenarios.blocks.approval import approval
+from services.tools.scenarios.blocks.confidential import confidential
+from services.tools.scenarios.blocks.digest import ASSISTANT_WRITES, digest, finish
+from services.tools.scenarios.blocks.lookup import lookup
+from services.tools.scenarios.blocks.meeting import meeting
+from services.tools.scenarios.blocks.tracker import tracker
+
+__all__ = ["ASSISTANT_WRITES", "BLOCKS", "finish"]
+
+BLOCKS: dict[str, Callable[..., None]] = {
+    "approval": approval,
+    "lookup": lookup,
+    "meeting": meeting,
+    "tracker": tracker,
+    "confidential": confidential,
+    "digest": digest,
+}

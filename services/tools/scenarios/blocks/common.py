@@ -1,0 +1,82 @@
+"""What every block shares: the scenario's standing cast (the policy owner and their lead,
+the team channel, the tracker, the policy mail) and how figures are written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.tools.scenarios.dsl import Scene
+from services.tools.scenarios.generator import day_name
+from shared.contracts.tools import Person
+
+STATUS = {"approve": "Approved", "decline": "Rejected"}
+FLIP = {"approve": "decline", "decline": "approve"}
+
+
+def fmt(scene: Scene, value: float, unit: str | None = None) -> str:
+    unit = unit or scene.word("unit", "money")
+    if unit == "money":
+        return f"${value:,.2f}"
+    return f"{int(value)} {unit}"
+
+
+def first(p: Person) -> str:
+    return p.name.split()[0]
+
+
+def cast(scene: Scene) -> dict[str, Any]:
+    """The people every block shares (created once): the policy owner and their lead, the
+    team channel, the tracker and the policy mail that states the rules."""
+    if "cast" in scene.facts:
+        return scene.facts["cast"]
+    g = scene.gen
+    owner = scene.person(scene.word("owner_role", "Team lead"))
+    lead = scene.person(scene.word("lead_role", "Director"))
+    lo, hi = float(scene.vocab.get("lo", 100)), float(scene.vocab.get("hi", 5000))
+    cap = round(g.amount(lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.6), 0)
+    processed = scene.at(scene.spec.days + 2, 9)
+    channel = scene.channel(scene.word("channel", "team"), [owner, lead])
+    tracker = scene.word("tracker", "Decisions log")
+    scene.database(
+        tracker,
+        {
+            "Name": "title",
+            "Status": ["select", ["Pending", "Approved", "Rejected"]],
+            "Amount": "number",
+            "Requester": "rich_text",
+        },
+        [],
+    )
+    item = scene.word("item", "request")
+    policy = scene.word("policy", "limit")
+    scene.old_mail.append(
+        scene.mail(
+            owner,
+            f"How we handle {item}s",
+            f"Hi {first(scene.user)},\n\nThe {policy} is {fmt(scene, cap)}: anything at or "
+            f"under it can be signed off, anything over it cannot. Record every decision in "
+            f"the {tracker} in Notion (Status and Amount). Decided {item}s are processed on "
+            f"{day_name(processed)}. Appeals go to {lead.name}.\n\n{owner.name}",
+            scene.msgid("policy"),
+            date=scene.at(0, 7).isoformat(),
+            labels=["INBOX"],
+        )
+    )
+    out = {
+        "owner": owner,
+        "lead": lead,
+        "cap": cap,
+        "processed": processed,
+        "channel": channel,
+        "tracker": tracker,
+        "outcomes": g.shuffle(["approve", "decline"] * 6),
+    }
+    scene.facts["cast"] = out
+    return out
+
+
+def value_for(scene: Scene, verdict: str, cap: float) -> float:
+    lo, hi = float(scene.vocab.get("lo", 100)), float(scene.vocab.get("hi", 5000))
+    if verdict == "approve":
+        return round(scene.gen.amount(lo, cap - 1), 0)
+    return round(scene.gen.amount(cap + 1, hi), 0)

@@ -1,0 +1,186 @@
+"""The verifier's job bodies (kernel, submission, world, judge) and their inputs.
+
+Each body receives a :class:`~shared.jobs.JobRun` and returns its result as JSON (stored in
+SQL by the job model); artefacts — the candidate's sources, the full result — go to the object
+store under ``verifier/jobs/<job id>/``, and the result names their keys.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from services.verifier.judges.grm import GRMRequest, judge
+from services.verifier.judges.world import WorldJudgeRequest, judge_world
+from services.verifier.kernel.verify import MAX_CANDIDATE_BYTES, verify_kernel
+from services.verifier.models import SubmissionSessionRow
+from services.verifier.submission import session as sessions
+from shared.clients import SandboxClient, ToolsClient
+from shared.jobs import JobFailed, JobRun
+from shared.llm import openai_client
+from shared.objectstore import make_object_store
+from shared.settings import get_settings
+
+
+class KernelTiming(BaseModel):
+    """Optional overrides of the task's timing (fewer calls for a quick check)."""
+
+    trials: int | None = Field(None, ge=3, le=50)
+    iterations: int | None = Field(None, ge=1, le=100)
+    warmups: int | None = Field(None, ge=1, le=20)
+
+
+class KernelJobInput(BaseModel):
+    task: str = Field(min_length=1, max_length=100, description="Kernel task name.")
+    files: dict[str, str] = Field(
+        min_length=1,
+        description="The candidate: relative path -> Python source; the entry module is candidate.py (or the only file).",
+    )
+    timing: KernelTiming | None = None
+
+    @field_validator("files")
+    @classmethod
+    def _safe_paths(cls, files: dict[str, str]) -> dict[str, str]:
+        if len(files) > 50:
+            raise ValueError("at most 50 files")
+        total = 0
+        for name, src in files.items():
+            p = PurePosixPath(name)
+            if (
+                p.is_absolute()
+                or ".." in p.parts
+                or not name
+                or "\x00" in name
+                or p.suffix != ".py"
+            ):
+                raise ValueError(f"file {name!r}: give a relative .py path without '..'")
+            total += len(src.encode())
+        if total > MAX_CANDIDATE_BYTES:
+            raise ValueError(f"candidate sources are {total} bytes (at most {MAX_CANDIDATE_BYTES})")
+        return files
+
+    def write(self, root: Path) -> Path:
+        for name, src in self.files.items():
+            dest = root / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(src)
+        return root if len(self.files) > 1 else root / next(iter(self.files))
+
+
+class WebJobInput(BaseModel):
+    task: str = Field(min_length=1, max_length=100, description="Web task name.")
+    files: dict[str, str] = Field(
+        min_length=1, description="The app: relative path -> text content."
+    )
+    binary_files: dict[str, str] = Field(
+        default_factory=dict, description="Relative path -> base64 content (images…)."
+    )
+
+    @field_validator("files", "binary_files")
+    @classmethod
+    def _safe_paths(cls, files: dict[str, str]) -> dict[str, str]:
+        for name in files:
+            p = PurePosixPath(name)
+            if p.is_absolute() or ".." in p.parts or not name or "\x00" in name:
+                raise ValueError(f"file {name!r}: give a relative path without '..'")
+        return files
+
+    def write(self, root: Path) -> Path:
+        import base64
+
+        for name, text in self.files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        for name, data in self.binary_files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(base64.b64decode(data))
+        return root
+
+
+class SubmissionJobInput(BaseModel):
+    session_id: str = Field(min_length=1, max_length=64)
+    submission: dict[str, Any] | None = Field(
+        None, description="Default: the last submission of the session."
+    )
+
+
+def _store_artefacts(job_id: str, files: dict[str, bytes]) -> list[str]:
+    store = make_object_store(get_settings())
+    keys = []
+    for name, data in files.items():
+        key = f"verifier/jobs/{job_id}/{name}"
+        store.put(key, data)
+        keys.append(key)
+    return keys
+
+
+def kernel_job(job: JobRun) -> dict[str, Any]:
+    spec = KernelJobInput.model_validate(job.payload)
+    job.progress(0.01, "staging the candidate")
+    with tempfile.TemporaryDirectory(prefix="k3s-cand-") as tmp:
+        path = spec.write(Path(tmp))
+        overrides = spec.timing.model_dump(exclude_none=True) if spec.timing else None
+        result = verify_kernel(
+            spec.task, path, timing_overrides=overrides or None, progress=job.progress
+        )
+    job.progress(0.97, "storing artefacts")
+    out = result.model_dump(mode="json")
+    artefacts = {f"candidate/{n}": s.encode() for n, s in spec.files.items()}
+    artefacts["result.json"] = json.dumps(out).encode()
+    out["artefacts"] = _store_artefacts(job.id, artefacts)
+    out["checks"] = out["checks"][:200]
+    return out
+
+
+def web_job(job: JobRun) -> dict[str, Any]:
+    from services.verifier.web.verify import verify_web
+
+    spec = WebJobInput.model_validate(job.payload)
+    settings = get_settings()
+    job.progress(0.05, "building and serving the app in a sandbox")
+    with (
+        tempfile.TemporaryDirectory(prefix="k3s-web-") as tmp,
+        SandboxClient(settings.service("sandbox").base_url) as sandbox,
+    ):
+        result = verify_web(
+            spec.task, spec.write(Path(tmp)), sandbox, template=settings.verifier.web_template
+        )
+    out = result.model_dump(mode="json")
+    shots = {f"screenshots/{name}.png": png for name, png in result.screenshots.items()}
+    out["artefacts"] = _store_artefacts(job.id, {**shots, "result.json": json.dumps(out).encode()})
+    return out
+
+
+def submission_job(job: JobRun, database: Any) -> dict[str, Any]:
+    """The hidden verifier of a session, once."""
+    spec = SubmissionJobInput.model_validate(job.payload)
+    with database.session() as s:
+        row = s.get(SubmissionSessionRow, spec.session_id)
+        if row is None:
+            raise JobFailed("not_found", f"submission session {spec.session_id!r} does not exist")
+        state = sessions.SessionState.model_validate(row.state)
+        try:
+            final = sessions.finalize(state, spec.submission)
+        except (sessions.SessionClosed, ValueError) as exc:
+            raise JobFailed("bad_submission", str(exc)) from None
+        row.state = state.model_dump()
+    return final.model_dump()
+
+
+def world_job(job: JobRun) -> dict[str, Any]:
+    req = WorldJudgeRequest.model_validate(job.payload)
+    settings = get_settings()
+    job.progress(0.1, "reading the world's checks")
+    with ToolsClient(settings.service("tools").base_url) as tools:
+        result = judge_world(req, tools, openai_client(settings))
+    return result.model_dump(mode="json")
+
+
+def judge_job(job: JobRun) -> dict[str, Any]:
+    req = GRMRequest.model_validate(job.payload)
+    job.progress(0.1, "writing the rubric")
+    return judge(openai_client(get_settings()), req).model_dump(mode="json")

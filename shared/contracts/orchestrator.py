@@ -1,0 +1,134 @@
+"""Wire models of the orchestrator service's answers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "BudgetOverrides",
+    "Episode",
+    "EpisodeCreate",
+    "EpisodeList",
+    "EventResult",
+    "PlatformStatus",
+    "PolicySpec",
+    "ServiceStatus",
+    "TaskSpec",
+]
+
+
+class ServiceStatus(BaseModel):
+    service: str
+    url: str
+    healthy: bool
+    detail: dict[str, Any] | str
+
+
+class PlatformStatus(BaseModel):
+    healthy: bool
+    services: list[ServiceStatus]
+
+
+# --- episodes ------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskSpec(_Strict):
+    scenario: str | None = Field(None, min_length=1, max_length=128)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    instruction: str | None = Field(None, min_length=1, max_length=100_000)
+    sandbox_template: str | None = Field(
+        None, min_length=1, max_length=128, description="Sandbox for shell/file tools."
+    )
+
+    @model_validator(mode="after")
+    def _some(self) -> TaskSpec:
+        if self.scenario is None and self.instruction is None:
+            raise ValueError("give a scenario, an instruction, or both")
+        return self
+
+
+class PolicySpec(_Strict):
+    kind: Literal["oracle", "openai"] = "openai"
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible base URL (…/v1); default: the model service."
+    )
+    api_key: str | None = None
+    model: str | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    seed: int | None = None
+
+
+class BudgetOverrides(_Strict):
+    max_steps: int | None = Field(None, ge=1, le=100_000)
+    max_tokens: int | None = Field(None, ge=1)
+    max_wall_s: float | None = Field(None, gt=0)
+    steps_per_day: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1)
+    tool_timeout_s: float | None = Field(None, gt=0)
+
+
+class EpisodeCreate(_Strict):
+    task: TaskSpec
+    harness: str = Field("claude-code", min_length=1, max_length=64)
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    budgets: BudgetOverrides = Field(default_factory=BudgetOverrides)
+    context_window: int | None = Field(
+        None, ge=256, description="Override the context window (default: the model's)."
+    )
+    memory: dict[str, str] = Field(default_factory=dict, description="Memory files by name.")
+    keep_world: bool = Field(False, description="Keep the world after the episode (inspection).")
+
+    @model_validator(mode="after")
+    def _oracle_needs_scenario(self) -> EpisodeCreate:
+        if self.policy.kind == "oracle" and self.task.scenario is None:
+            raise ValueError("policy.kind oracle needs task.scenario")
+        return self
+
+
+Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class EventResult(BaseModel):
+    event_id: str
+    title: str | None = None
+    status: str
+    passed: bool
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Episode(BaseModel):
+    id: str
+    status: Status
+    harness: str
+    policy: str
+    scenario: str | None
+    seed: int
+    created_at: datetime
+    updated_at: datetime
+    step: int
+    tokens: int
+    compactions: int
+    simulated_day: int
+    world_clock: str | None
+    reward: float | None
+    events_passed: int | None
+    events_total: int | None
+    results: list[EventResult] = Field(default_factory=list)
+    exit_reason: str | None
+    error_code: str | None = None
+    error_message: str | None = None
+    cancel_requested: bool = False
+    sandbox_id: str | None = None
+    world_id: str | None = None
+    attempts: int = 0
+
+
+class EpisodeList(BaseModel):
+    episodes: list[Episode]

@@ -1,0 +1,104 @@
+"""Deployed sandboxes are fenced off the cluster at the API: an allowlist naming an internal,
+link-local or unresolvable destination is refused (400, naming the entry), and so is the
+``process`` runtime unless enabled (409). Local mode keeps allowing both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from shared.netguard import check_allowlist, refusal
+from shared.objectstore import LocalObjectStore
+from shared.settings import get_settings
+from tests.deploy.test_refusals import deployed_env
+
+PUBLIC = {"api.example.com": ["93.184.216.34"], "dual.example.com": ["93.184.216.34", "10.1.2.3"]}
+
+
+def fake_resolver(host: str) -> list[str]:
+    return PUBLIC.get(host, [])
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "169.254.169.254",  # cloud metadata
+        "169.254.10.1",
+        "10.43.0.1",  # a Kubernetes Service IP
+        "172.16.5.5",
+        "192.168.1.10",
+        "127.0.0.1",
+        "0.0.0.0",
+        "100.64.0.1",  # shared address space (CGNAT, some pod networks)
+        "224.0.0.1",
+        "[::1]",
+        "[fe80::1]",
+        "[fd00::1]",
+        "[::ffff:10.0.0.1]",
+        "localhost",
+        "k3s-k3stack-postgresql",  # a bare Service name
+        "k3s-k3stack-redis.agents.svc.cluster.local",
+        "metadata.google.internal",
+        "dual.example.com",  # one internal address is enough
+        "nowhere.example.com",  # does not resolve
+    ],
+)
+def test_internal_destinations_are_refused(host: str) -> None:
+    assert refusal(host, fake_resolver), host
+    refused = check_allowlist([f"{host}:443"], deployed=True, resolver=fake_resolver)
+    assert refused and f"{host}:443" in refused and "deployed mode" in refused
+
+
+def test_public_destinations_pass_and_local_mode_allows_all() -> None:
+    assert refusal("93.184.216.34", fake_resolver) is None
+    assert refusal("api.example.com", fake_resolver) is None
+    assert refusal("[2606:4700::1111]", fake_resolver) is None
+    assert check_allowlist(["api.example.com:443"], deployed=True, resolver=fake_resolver) is None
+    assert check_allowlist(["10.0.0.1:5432", "localhost:80"], deployed=False) is None
+
+
+def test_link_local_is_named_as_such() -> None:
+    assert "link-local" in (refusal("169.254.169.254") or "")
+
+
+@pytest.fixture
+def deployed_sandbox(clean_k3stack_env: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The sandbox service with deployed settings (SQLite file and a local object store stand
+    in for PostgreSQL and MinIO: only the create-path fence is under test)."""
+    for key, value in deployed_env().items():
+        clean_k3stack_env.setenv(key, value)
+    clean_k3stack_env.setenv("K3STACK_DATABASE_URL", f"sqlite:///{tmp_path / 'sandbox.db'}")
+    get_settings.cache_clear()
+    from services.sandbox.app import create_app
+
+    app = create_app(get_settings(), store=LocalObjectStore(tmp_path / "objects"), background=False)
+    try:
+        with TestClient(app) as client:
+            client.headers["X-API-Key"] = deployed_env()["K3STACK_SANDBOX__API_KEY"]
+            yield client
+    finally:
+        get_settings.cache_clear()
+
+
+def test_api_refuses_an_internal_allowlist_in_deployed_mode(deployed_sandbox: TestClient) -> None:
+    for entry in ("10.43.0.10:5432", "169.254.169.254:80", "localhost:6379"):
+        r = deployed_sandbox.post(
+            "/sandboxes",
+            json={
+                "templateID": "busybox",
+                "runtime": "microvm",
+                "network": {"mode": "allowlist", "allow": [entry]},
+            },
+        )
+        assert r.status_code == 400, r.text
+        assert entry in r.json()["message"] and "deployed mode" in r.json()["message"]
+    assert deployed_sandbox.get("/sandboxes").json() == []  # nothing was created
+
+
+def test_api_refuses_the_process_runtime_in_deployed_mode(deployed_sandbox: TestClient) -> None:
+    r = deployed_sandbox.post("/sandboxes", json={"templateID": "busybox", "runtime": "process"})
+    assert r.status_code == 409, r.text
+    assert "K3STACK_SANDBOX__ALLOW_PROCESS_RUNTIME" in r.json()["message"]

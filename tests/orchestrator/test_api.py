@@ -1,0 +1,115 @@
+"""The episode API: every preset's oracle episode through POST /episodes reaches the oracle's
+score with the preset's own tool names; bad input is a 400 naming the field."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.orchestrator.harness.config import PRESET_NAMES, load_harness
+from shared.trajectory import Trajectory
+from tests.orchestrator.conftest import oracle_score
+
+SCENARIO = "finance_expenses"
+
+
+@pytest.fixture
+def api(tools_url: str, tmp_path, monkeypatch) -> Iterator[TestClient]:
+    from services.orchestrator.app import create_app
+    from services.orchestrator.episode.runner import EpisodeRunner
+    from shared.settings import get_settings
+
+    monkeypatch.setenv("K3STACK_TOOLS__URL", tools_url)
+    monkeypatch.setenv("K3STACK_MODEL__URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("K3STACK_SANDBOX__URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("K3STACK_DATABASE_URL", f"sqlite:///{tmp_path}/orch.db")
+    monkeypatch.setenv("K3STACK_ORCHESTRATOR__REAPER_INTERVAL_S", "0")
+    get_settings.cache_clear()
+    holder: dict[str, Any] = {}
+    threads: list[threading.Thread] = []
+
+    def enqueue(episode_id: str) -> None:
+        app = holder["app"]
+        runner = EpisodeRunner(app.state.db, app.state.services, episode_id)
+        t = threading.Thread(target=runner.run, daemon=True)
+        threads.append(t)
+        t.start()
+
+    app = create_app(enqueue=enqueue)
+    holder["app"] = app
+    with TestClient(app) as client:
+        yield client
+        for t in threads:
+            t.join(timeout=120)
+
+
+def wait_done(client: TestClient, episode_id: str, timeout: float = 180.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(f"/episodes/{episode_id}").json()
+        if body["status"] in ("succeeded", "failed", "cancelled"):
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_every_preset_reaches_the_oracle_score(api, tools_url, preset: str) -> None:
+    resp = api.post(
+        "/episodes",
+        json={"task": {"scenario": SCENARIO, "seed": 1}, "harness": preset,
+              "policy": {"kind": "oracle"}},
+    )  # fmt: skip
+    assert resp.status_code == 202, resp.text
+    ep = wait_done(api, resp.json()["id"])
+    assert ep["status"] == "succeeded", ep
+    passed, total = oracle_score(tools_url, SCENARIO, 1)
+    assert (ep["events_passed"], ep["events_total"]) == (passed, total)
+    assert ep["reward"] == pytest.approx(passed / total)
+    assert len(ep["results"]) == total and all(r["passed"] for r in ep["results"])
+
+    doc = api.get(f"/episodes/{ep['id']}/trajectory").json()
+    traj = Trajectory.model_validate(doc)
+    rule = load_harness(preset).mcp_tool_name
+    model_steps = [s for s in traj.steps if s.kind == "model"]
+    names = {c.function.name for s in model_steps for c in s.message.tool_calls or []}
+    assert rule.format(server="gmail", tool="send_email") in names
+    offered = {t.function.name for t in traj.tools}
+    assert names <= offered
+    for step in model_steps:  # every call answered by its observation, none failed
+        calls = [c.id for c in step.message.tool_calls or []]
+        assert [o.tool_call_id for o in step.observations] == calls
+        assert not any(o.is_error for o in step.observations)
+    assert traj.exit is not None and traj.exit.status == "completed"
+    assert traj.metadata.reward == pytest.approx(passed / total)
+    assert traj.metadata.harness == preset
+    report = api.get(f"/episodes/{ep['id']}/report")
+    assert report.status_code == 200 and "Simulated day" in report.text
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"task": {"scenario": SCENARIO}, "harness": "nope"}, "harness"),
+        ({"task": {}}, "task"),
+        ({"task": {"scenario": "no_such_scenario"}}, "task.scenario"),
+        ({"task": {"instruction": "hi"}, "policy": {"kind": "oracle"}}, "oracle"),
+        ({"task": {"scenario": SCENARIO}, "colour": "red"}, "colour"),
+        ({"task": {"scenario": SCENARIO}, "budgets": {"max_steps": 0}}, "budgets.max_steps"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field(api, body: dict, field: str) -> None:
+    resp = api.post("/episodes", json=body)
+    assert resp.status_code == 400, resp.text
+    assert field in resp.json()["message"]
+
+
+def test_unknown_episode_is_404(api) -> None:
+    for path in ("", "/trajectory", "/report"):
+        assert api.get(f"/episodes/ep_missing{path}").status_code == 404
+    assert api.post("/episodes/ep_missing/cancel").status_code == 404

@@ -1,0 +1,173 @@
+"""Harness presets: YAML validated by pydantic (unknown key or wrong type -> an error naming the
+key and the file), each preset's native tool names and compaction settings, the Jinja prompt,
+skills, and ``k3stack harness new/show/list``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from services.orchestrator.cli import harness_app
+from services.orchestrator.harness.config import (
+    PRESET_NAMES,
+    HarnessError,
+    load_harness,
+    load_harness_file,
+    new_harness,
+)
+from services.orchestrator.harness.prompt import render_system_prompt
+from services.orchestrator.skills import load_skills, parse_skill
+from services.orchestrator.tools.builtin import CATALOGUE
+
+NATIVE = {
+    "claude-code": {"Bash", "Read", "Write", "Edit", "Glob", "Grep", "TodoWrite", "Agent"},
+    "codex": {"shell", "apply_patch", "update_plan", "spawn_agent"},
+    "kimi-code": {"Shell", "ReadFile", "WriteFile", "StrReplaceFile", "SetTodoList", "Agent"},
+    "openclaw": {"read", "write", "edit", "apply_patch", "exec", "memory_search", "memory_get"},
+    "hermes": {"terminal", "read_file", "write_file", "patch", "search_files", "todo", "memory",
+               "skill_view", "delegate_task"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_presets_load_with_native_tool_names(preset: str) -> None:
+    cfg = load_harness(preset)
+    names = {CATALOGUE[k].name for k in cfg.tools}
+    assert NATIVE[preset] <= names
+    assert cfg.context.summary_sections
+    prompt = render_system_prompt(
+        cfg.system_prompt, environment={"cwd": "/root"}, memory={"AGENTS.md": "be brief"},
+        skills=[{"name": "inbox-triage", "description": "mail"}], now="2026-03-02T09:00:00Z",
+        reasoning_effort=cfg.reasoning_effort,
+    )  # fmt: skip
+    assert "2026-03-02T09:00:00Z" in prompt and "be brief" in prompt and "inbox-triage" in prompt
+
+
+def test_native_argument_names() -> None:
+    def props(key: str) -> set[str]:
+        return set(CATALOGUE[key].parameters["properties"])
+
+    assert props("Read") == {"file_path", "offset", "limit"}
+    assert props("Edit") == {"file_path", "old_string", "new_string", "replace_all"}
+    assert {"command", "timeout", "description", "run_in_background"} == props("Bash")
+    assert props("shell") == {"command", "workdir", "timeout_ms", "justification"}
+    assert CATALOGUE["shell"].parameters["properties"]["command"]["type"] == "array"
+    assert props("apply_patch") == {"input"}
+    assert props("update_plan") == {"explanation", "plan"}
+    assert props("ReadFile") == {"path", "line_offset", "n_lines"}
+    assert props("StrReplaceFile") == {"path", "edit"}
+    assert props("edit") == {"path", "oldText", "newText"}
+    assert props("memory") == {"action", "target", "content", "old_text"}
+    assert props("Agent") == {"description", "prompt", "subagent_type"}
+    assert props("Agent@kimi") == {"description", "prompt", "subagent_type", "resume"}
+
+
+@pytest.mark.parametrize(
+    ("preset", "window", "threshold"),
+    [
+        ("claude-code", 200_000, 167_000),  # (window - min(max_out, 20k)) - 13k
+        ("codex", 272_000, int(272_000 * 0.855)),  # 0.9 of the usable 95%
+        ("kimi-code", 262_144, 262_144 - 50_000),  # min(0.85 x window, window - 50k)
+        ("openclaw", 200_000, 180_000),  # window - 20k reserve
+        ("hermes", 200_000, 150_000),  # 0.75 below 512K windows
+    ],
+)
+def test_compaction_triggers_follow_the_harnesses(preset: str, window: int, threshold: int):
+    assert load_harness(preset).context.trigger.threshold(window) == threshold
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
+    data = yaml.safe_load(Path(load_harness_path("codex")).read_text())
+    data["context"]["trigger"]["fractoin"] = 0.5
+    path = _write(tmp_path, data)
+    with pytest.raises(HarnessError) as err:
+        load_harness_file(path)
+    assert str(path) in str(err.value) and "context.trigger.fractoin" in str(err.value)
+
+
+def test_wrong_type_names_the_key_and_the_file(tmp_path: Path) -> None:
+    data = yaml.safe_load(Path(load_harness_path("hermes")).read_text())
+    data["budgets"]["max_steps"] = "many"
+    path = _write(tmp_path, data)
+    with pytest.raises(HarnessError) as err:
+        load_harness_file(path)
+    assert str(path) in str(err.value) and "budgets.max_steps" in str(err.value)
+
+
+def test_unknown_tool_and_bad_yaml(tmp_path: Path) -> None:
+    data = yaml.safe_load(Path(load_harness_path("claude-code")).read_text())
+    data["tools"].append("Teleport")
+    with pytest.raises(HarnessError, match="Teleport"):
+        load_harness_file(_write(tmp_path, data))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(HarnessError, match="not valid YAML"):
+        load_harness_file(bad)
+
+
+def load_harness_path(name: str) -> str:
+    from services.orchestrator.harness.config import harness_path
+
+    return str(harness_path(name))
+
+
+def test_cli_new_show_list(tmp_path: Path, monkeypatch) -> None:
+    from shared.settings import get_settings
+
+    monkeypatch.setenv("K3STACK_DATA_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    runner = CliRunner()
+    made = runner.invoke(harness_app, ["new", "my-codex", "--from", "codex"])
+    assert made.exit_code == 0, made.output
+    path = tmp_path / "harnesses" / "my-codex.yaml"
+    assert path.exists()
+    again = runner.invoke(harness_app, ["new", "my-codex", "--from", "codex"])
+    assert again.exit_code == 1 and "already exists" in again.output
+    shown = runner.invoke(harness_app, ["show", "my-codex"])
+    assert shown.exit_code == 0, shown.output
+    body = yaml.safe_load(shown.output.split("\n", 1)[1])
+    assert body["name"] == "my-codex" and body["based_on"] == "codex"
+    assert body["budgets"]["tool_timeout_s"] == 120.0  # defaults resolved
+    listed = runner.invoke(harness_app, ["list"])
+    assert all(n in listed.output for n in [*PRESET_NAMES, "my-codex"])
+    # an edit with a typo is reported with the key and the file
+    data = yaml.safe_load(path.read_text())
+    data["reasoning_effort"] = "extreme"
+    path.write_text(yaml.safe_dump(data))
+    broken = runner.invoke(harness_app, ["show", "my-codex"])
+    assert broken.exit_code == 1
+    assert "reasoning_effort" in broken.output and "my-codex.yaml" in broken.output
+    assert runner.invoke(harness_app, ["show", "nope"]).exit_code == 1
+    with pytest.raises(HarnessError):
+        new_harness("bad name!", "codex", tmp_path)
+
+
+def test_entry_points_are_declared_and_load() -> None:
+    import tomllib
+
+    from services.orchestrator import cli
+
+    repo = Path(__file__).resolve().parents[2]
+    eps = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["entry-points"]
+    group = eps["k3stack.cli"]
+    assert group["run"] == "services.orchestrator.cli:run" and callable(cli.run)
+    assert group["harness"] == "services.orchestrator.cli:harness_app"
+
+
+def test_skills_load_and_validate(tmp_path: Path) -> None:
+    skills = load_skills()
+    assert {"inbox-triage", "world-clock"} <= set(skills)
+    assert skills["inbox-triage"]["body"].startswith("1.")
+    with pytest.raises(ValueError, match="frontmatter"):
+        parse_skill("no frontmatter", "x/SKILL.md")
+    with pytest.raises(ValueError, match="name"):
+        parse_skill("---\nname: ''\ndescription: d\n---\nbody", "x/SKILL.md")

@@ -1,0 +1,108 @@
+"""Malformed tool calls, unknown tools, bad arguments, tool timeouts and sandbox errors become
+error observations and the episode goes on; a random-weights model's noise does too."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from services.orchestrator.context.compaction import Compactor
+from services.orchestrator.context.tokens import ApproxTokenCounter
+from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime, initial_state
+from services.orchestrator.episode.policy import ScriptedPolicy, Turn
+from services.orchestrator.harness.config import load_harness
+from services.orchestrator.tools.base import Tool, ToolSet
+from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
+from shared.clients import SandboxClient
+
+BLOCK = threading.Event()
+
+
+def call(name: str, arguments: str, n: int) -> dict:
+    return {"id": f"c{n}", "name": name, "arguments": arguments}
+
+
+TURNS = [
+    [call("Bash", '{"command": "echo hi"', 1)],  # malformed JSON
+    [call("NoSuchTool", "{}", 2)],  # unknown tool
+    [call("Edit", json.dumps({"file_path": 3}), 3)],  # bad arguments
+    [call("slow", "{}", 4)],  # times out
+    [call("Bash", json.dumps({"command": "echo hi"}), 5)],  # sandbox unreachable
+    [call("Read", "[1, 2]", 6)],  # arguments not an object
+]
+
+
+def script(view) -> Turn:
+    if view.step < len(TURNS):
+        return Turn(tool_calls=TURNS[view.step])
+    return Turn(content="All done.")
+
+
+def test_bad_calls_become_observations_and_the_episode_goes_on() -> None:
+    harness = load_harness("claude-code")
+    harness.budgets.tool_timeout_s = 0.2
+    tools = ToolSet()
+    for key in harness.tools:
+        tools.add(CATALOGUE[key])
+    tools.add(Tool("slow", "Never returns.", {"type": "object", "properties": {}},
+                   run=lambda ctx, a: BLOCK.wait()))  # fmt: skip
+    sandbox = SandboxClient("http://127.0.0.1:9", timeout=2.0, retries=0)
+    policy = ScriptedPolicy(script)
+    rt = Runtime(
+        harness=harness, tools=tools,
+        ctx=ToolContext(sandbox=sandbox, sandbox_id="sbx_gone", timeout_s=0.2 + 5),
+        policy=policy,
+        compactor=Compactor(harness.context, 200_000, ApproxTokenCounter(), policy.summarize),
+        journal=MemoryJournal(), episode_id="errors",
+    )  # fmt: skip
+    state = initial_state("sys", "go")
+    items: list[tuple[str, dict]] = []
+    loop = Loop(rt, state, lambda kind, body: items.append((kind, body)))
+    try:
+        while not loop.done:
+            loop.tick()
+    finally:
+        BLOCK.set()
+    obs = [b for k, b in items if k == "tool"]
+    assert [o["call_id"] for o in obs] == [f"c{i}" for i in range(1, 7)]
+    assert all(o["is_error"] for o in obs)
+    text = [o["observation"] for o in obs]
+    assert "not valid JSON" in text[0]
+    assert "unknown tool 'NoSuchTool'" in text[1] and "Bash" in text[1]
+    assert "invalid arguments for Edit" in text[2] and "file_path" in text[2]
+    assert "timed out" in text[3]
+    assert "sandbox error" in text[4]
+    assert "JSON object" in text[5]
+    assert state["exit_reason"] == "completed"
+    assert state["messages"][-1] == {"role": "assistant", "content": "All done."}
+    # every call's result sits right after it in the context
+    tool_msgs = [m for m in state["messages"] if m["role"] == "tool"]
+    assert len(tool_msgs) == 6
+
+
+@pytest.mark.slow
+def test_random_weights_model_episode_runs_to_its_budget(orch_db, services, model_url) -> None:
+    """The tiny K3 model with random weights through the official openai client: its output is
+    noise, each tool call (if any) an observation; the loop, counting and scoring run."""
+    from services.orchestrator.episode.models import EpisodeRow
+    from services.orchestrator.episode.runner import EpisodeRunner
+    from services.orchestrator.episode.schema import EpisodeCreate
+    from services.orchestrator.episode.service import create_episode
+    from shared.clients import ModelClient
+
+    services.model = ModelClient(model_url, timeout=300.0)
+    body = EpisodeCreate.model_validate(
+        {"task": {"scenario": "finance_expenses"}, "harness": "kimi-code",
+         "policy": {"kind": "openai", "seed": 7, "temperature": 1.0},
+         "budgets": {"max_steps": 3, "max_output_tokens": 24}}
+    )  # fmt: skip
+    episode_id = create_episode(orch_db, body, lambda _id: None)
+    EpisodeRunner(orch_db, services, episode_id).run()
+    with orch_db.session() as s:
+        row = s.get(EpisodeRow, episode_id)
+        assert row.status == "succeeded", row.error_message
+        assert row.state["step"] >= 1
+        assert row.state["usage"]["completion_tokens"] > 0
+        assert row.result["events_total"] > 0 and row.reward is not None

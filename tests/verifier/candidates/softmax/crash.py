@@ -1,0 +1,2 @@
+def softmax(x):
+    raise RuntimeError("kernel launch failed")

@@ -1,0 +1,3 @@
+def softmax(x):
+    while True:
+        pass

@@ -1,0 +1,2 @@
+def soft_max(x):
+    return x

@@ -1,0 +1,5 @@
+import os
+
+
+def softmax(x):
+    os.abort()

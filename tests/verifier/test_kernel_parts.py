@@ -1,0 +1,109 @@
+"""The task format, its schema, the reward formula and the source checks, without a sandbox."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from services.verifier.kernel.reward import speed_reward
+from services.verifier.kernel.spec import (
+    SCHEMA_PATH,
+    TASKS_DIR,
+    KernelTask,
+    evaluate,
+    json_schema,
+    load_task,
+    task_names,
+)
+from services.verifier.kernel.static_check import check_source
+
+
+def test_ships_the_required_tasks() -> None:
+    names = set(task_names())
+    assert {
+        "softmax",
+        "layernorm",
+        "matmul_bias_gelu",
+        "logsumexp",
+        "causal_attention",
+        "kda_step",
+        "mxfp4_matmul",
+    } <= names
+    for name in names:
+        task = load_task(name)
+        assert (task.directory / "reference.py").is_file() and (
+            task.directory / "expert.py"
+        ).is_file()
+        assert task.correctness_trials >= 5
+        flops, nbytes = task.roofline_work()
+        assert flops > 0 and nbytes > 0
+
+
+def test_schema_file_is_current_and_validates_every_task() -> None:
+    assert json.loads(SCHEMA_PATH.read_text()) == json_schema(), (
+        "run python -m services.verifier.kernel.spec"
+    )
+    for path in TASKS_DIR.glob("*/task.yaml"):
+        jsonschema.validate(yaml.safe_load(path.read_text()), json_schema())
+
+
+def test_task_format_rejects_bad_fields() -> None:
+    base = yaml.safe_load((TASKS_DIR / "softmax" / "task.yaml").read_text())
+    with pytest.raises(ValidationError, match="correctness_trials"):
+        KernelTask.model_validate({**base, "correctness_trials": 2})
+    with pytest.raises(ValidationError, match="positive"):
+        KernelTask.model_validate({**base, "shapes": [{"rows": 0, "cols": 3}]})
+    with pytest.raises(ValidationError, match="extra"):
+        KernelTask.model_validate({**base, "surprise": 1})
+    with pytest.raises(ValueError, match="only numbers"):
+        evaluate("__import__('os')", {"rows": 1})
+
+
+def test_reward_points_and_monotonicity() -> None:
+    ref, exp, roof = 8.0, 1.0, 0.1
+    assert speed_reward(ref, exp, roof, 8.0) == 0.0
+    assert speed_reward(ref, exp, roof, 16.0) == 0.0
+    assert speed_reward(ref, exp, roof, 1.0) == pytest.approx(0.5)
+    assert speed_reward(ref, exp, roof, 0.1) == pytest.approx(1.0)
+    times = [20, 8, 6, 4, 2, 1, 0.5, 0.3, 0.1, 0.05]
+    rewards = [speed_reward(ref, exp, roof, t) for t in times]
+    assert rewards == sorted(rewards)
+    # an expert no faster than the reference still leaves the points ordered
+    assert 0 < speed_reward(1.0, 1.0, 0.01, 0.5) <= 1
+
+
+@pytest.mark.parametrize(
+    ("source", "detector"),
+    [
+        ("import threading\n", "side_stream_or_thread"),
+        ("import torch\ns = torch.cuda.Stream()\n", "side_stream_or_thread"),
+        ("import torch\ng = torch.cuda.CUDAGraph()\n", "cuda_graph_replay"),
+        ("import time\ntime.perf_counter = lambda: 0\n", "timer_tampering"),
+        ("import sys\nh = sys.modules['__main__']\n", "timer_tampering"),
+        ("import gc\n", "timer_tampering"),
+        (
+            "def f(x):\n    try:\n        return x\n    except Exception:\n        return x\n",
+            "try_except_fallback",
+        ),
+        ("import torch\ny = torch.softmax(x, -1)\n", "reference_library_call"),
+        ("import torch\ny = getattr(torch, 'softmax')\n", "reference_library_call"),
+        ("import torch\ny = x.half()\n", "lowered_precision"),
+        ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "lowered_precision"),
+        ("import torch\ny = torch.Tensor._make_subclass(T, x)\n", "lazy_output"),
+        ("def f(:\n", "syntax_error"),
+    ],
+)
+def test_static_checks(source: str, detector: str) -> None:
+    hits = check_source(source, "c.py", ["softmax"])
+    assert detector in {h.detector for h in hits}, hits
+
+
+def test_static_checks_pass_every_expert() -> None:
+    for name in task_names():
+        task = load_task(name)
+        src = (task.directory / "expert.py").read_text()
+        assert check_source(src, "expert.py", task.forbidden_calls) == [], name

@@ -1,0 +1,86 @@
+"""Honest candidates are ordered by speed; crashes, hangs and floods get 0 and the caller lives."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.verifier.kernel.spec import TASKS_DIR, UnknownTask
+from services.verifier.kernel.verify import BadCandidate, verify_kernel
+from tests.verifier.conftest import SHORT, candidate
+
+TIMED = {"trials": 3, "iterations": 5, "warmups": 2}
+
+
+@pytest.mark.slow
+def test_honest_candidates_rewarded_in_speed_order() -> None:
+    """slow = 20x the reference's work, fast = 4x the expert's, expert = the expert itself."""
+    slow, fast, expert = (
+        verify_kernel("kda_step", candidate("kda_step", n), timing_overrides=SHORT)
+        for n in ("slow", "fast", "expert_copy")
+    )
+    for r in (slow, fast, expert):
+        assert r.correct and not r.detectors, r.reason
+        assert r.timings is not None and "s(t)=ln(t_ref/t)" in r.reward_formula
+    assert slow.reward == 0.0
+    assert 0.0 < fast.reward < expert.reward
+    assert 0.35 < expert.reward < 0.65, expert.timings
+    assert slow.timings.candidate_s > fast.timings.candidate_s > expert.timings.candidate_s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "task",
+    ["softmax", "layernorm", "matmul_bias_gelu", "logsumexp", "causal_attention", "mxfp4_matmul"],
+)
+def test_expert_of_every_task_passes_its_own_verifier(task: str) -> None:
+    result = verify_kernel(
+        task,
+        TASKS_DIR / task / "expert.py",
+        timing_overrides={"trials": 3, "iterations": 1, "warmups": 1},
+    )
+    assert result.correct and not result.detectors, (result.reason, result.detectors)
+    # speed against the reference is noise-bound at three samples; the ordering test has margins
+    assert result.timings is not None and result.timings.roofline_s > 0
+    phases = {c.phase for c in result.checks}
+    assert phases == {"trial", "probe", "timing:candidate"}
+    assert sum(c.phase == "trial" for c in result.checks) >= 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("crash", "candidate raised"),
+        ("segfault", "sandboxed run died"),
+        ("flood", "output flood"),
+    ],
+)
+def test_failing_candidates_get_zero(name: str, reason: str) -> None:
+    result = verify_kernel("softmax", candidate("softmax", name), timing_overrides=SHORT)
+    assert result.reward == 0.0 and reason in result.reason, result.reason
+
+
+@pytest.mark.slow
+def test_hanging_candidate_is_killed_and_the_caller_carries_on() -> None:
+    hung = verify_kernel(
+        "softmax", candidate("softmax", "hang"), timing_overrides=SHORT, timeout_s=45
+    )
+    assert hung.reward == 0.0 and hung.reason.startswith("timeout"), hung.reason
+    after = verify_kernel("softmax", candidate("softmax", "honest"), timing_overrides=SHORT)
+    assert after.correct, after.reason
+
+
+def test_bad_input_names_the_problem(tmp_path) -> None:
+    with pytest.raises(UnknownTask, match="no kernel task 'nope'"):
+        verify_kernel("nope", candidate("softmax", "honest"))
+    with pytest.raises(BadCandidate, match="does not exist"):
+        verify_kernel("softmax", tmp_path / "missing.py")
+    with pytest.raises(BadCandidate, match="defines no 'softmax'"):
+        verify_kernel("softmax", candidate("softmax", "no_entry"))
+    (tmp_path / "a.py").write_text("def softmax(x):\n    return x\n")
+    (tmp_path / "b.py").write_text("")
+    with pytest.raises(BadCandidate, match="needs a candidate.py"):
+        verify_kernel("softmax", tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(BadCandidate, match="not a Python file"):
+        verify_kernel("softmax", tmp_path / "notes.txt")
