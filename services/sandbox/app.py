@@ -17,8 +17,10 @@ from fastapi import FastAPI
 
 from services.sandbox.api.envd import EnvdDispatch
 from services.sandbox.api.envd import router as envd_router
+from services.sandbox.api.errors import handle_sandbox_error
 from services.sandbox.api.guestcalls import GuestCalls
 from services.sandbox.api.routes import router
+from services.sandbox.lifecycle.errors import SandboxError
 from services.sandbox.lifecycle.manager import SandboxManager
 from services.sandbox.lifecycle.runtimes import make_runtimes
 from services.sandbox.runtime.base import Runtime
@@ -78,4 +80,5 @@ def create_app(
         "E2B's envd data plane (Connect RPC process/filesystem, /files) is served too.",
     )
     app.add_middleware(EnvdDispatch, state=app.state)
+    app.add_exception_handler(SandboxError, handle_sandbox_error)
     return app

@@ -40,6 +40,8 @@ from protobuf import Oneof
 from protobuf.wkt import Timestamp
 from starlette.datastructures import Headers
 
+from services.sandbox.api.errors import to_api_error
+from services.sandbox.lifecycle.errors import NotFound, SandboxError
 from shared.contracts.sandbox import EntryInfo, ExecBody
 from shared.errors import APIError
 
@@ -81,7 +83,9 @@ def check_access(settings: Any, headers: Any) -> str | None:
     return None
 
 
-def _rpc_error(exc: APIError) -> ConnectError:
+def _rpc_error(exc: APIError | SandboxError) -> ConnectError:
+    if isinstance(exc, SandboxError):
+        exc = to_api_error(exc)
     code = _CODES.get(exc.status, Code.INTERNAL)
     if exc.error_code == "file_error" and exc.status == 409:
         code = Code.ALREADY_EXISTS if "exists" in exc.message.lower() else code
@@ -112,7 +116,7 @@ class _Backend:
     async def call(self, fn: Any, *args: Any) -> Any:
         try:
             return await self.calls.run(fn, *args)
-        except APIError as exc:
+        except (APIError, SandboxError) as exc:
             raise _rpc_error(exc) from exc
 
 
@@ -229,9 +233,10 @@ class FilesystemService(_Backend):
         sid = self.sandbox_of(ctx)
         try:
             await self.calls.run(self.manager.stat, sid, request.path)
-        except APIError as exc:
-            if exc.status != 404:
-                raise _rpc_error(exc) from exc
+        except NotFound:
+            pass
+        except (APIError, SandboxError) as exc:
+            raise _rpc_error(exc) from exc
         else:
             raise ConnectError(Code.ALREADY_EXISTS, f"{request.path} already exists")
         info = await self.call(self.manager.make_dir, sid, request.path)

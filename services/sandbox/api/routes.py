@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from services.sandbox.api.envd import access_token
+from services.sandbox.api.errors import to_error
 from services.sandbox.api.guestcalls import GuestCalls
 from services.sandbox.api.schemas import (
     Checkpoint,
@@ -43,6 +44,7 @@ from services.sandbox.api.schemas import (
     SignalRequest,
     Template,
 )
+from services.sandbox.lifecycle.errors import SandboxError
 from services.sandbox.lifecycle.manager import SandboxManager
 from shared.errors import APIError, Error
 
@@ -243,7 +245,12 @@ def fork_sandbox(
     forks from its head checkpoint without being resumed. 409 when the runtime cannot fork
     memory (unless ``memory`` is false)."""
     body = body or SandboxForkRequest()
-    return m.fork(sandboxID, body.count, body.timeout, body.memory)
+    children = m.fork(sandboxID, body.count, body.timeout, body.memory)
+    return [
+        SandboxForkResult(error=to_error(c)) if isinstance(c, SandboxError)
+        else SandboxForkResult(sandbox=c)
+        for c in children
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------ checkpoints

@@ -25,13 +25,10 @@ that are not killed still reach, and sweeps the rest of the checkpoint rows and 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import shutil
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -40,19 +37,28 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 
+from services.sandbox.lifecycle.errors import (
+    Conflict,
+    Internal,
+    Invalid,
+    NotFound,
+    SandboxError,
+    Unavailable,
+    runtime_errors,
+)
+from services.sandbox.lifecycle.gc import MANIFEST_PREFIX, GarbageCollector
+from services.sandbox.lifecycle.reaper import Reaper
 from services.sandbox.lifecycle.runtimes import RUNTIME_ORDER, pick_runtime
+from services.sandbox.lifecycle.templates import TemplateCatalog
+from services.sandbox.lifecycle.views import aware as _aware
+from services.sandbox.lifecycle.views import utcnow
 from services.sandbox.models import CheckpointRow, SandboxRow, TemplateRow
 from services.sandbox.runtime.base import (
-    CheckpointError,
     CheckpointManifest,
     ExecRequest,
     FileInfo,
-    GuestAgentError,
-    GuestFileError,
-    GuestFileNotFound,
-    GuestFileTooLarge,
     GuestPathError,
     NetworkPolicy,
     Runtime,
@@ -60,7 +66,6 @@ from services.sandbox.runtime.base import (
     SandboxNotRunning,
     SandboxRuntimeError,
     SandboxSpec,
-    UnsupportedOperation,
     VMHandle,
     normalize_guest_path,
 )
@@ -79,31 +84,14 @@ from shared.contracts.sandbox import (
     RuntimeInfo,
     Sandbox,
     SandboxDetail,
-    SandboxForkResult,
     Template,
-    TemplateStep,
 )
 from shared.db import ServiceDatabase
-from shared.errors import APIError, Error, not_found
 from shared.netguard import check_allowlist
 from shared.objectstore import ObjectStore
 from shared.settings import SandboxSettings, get_settings
 
 log = logging.getLogger("k3stack.sandbox")
-
-BUILTIN_TEMPLATES = ("busybox", "debian")
-MANIFEST_PREFIX = "sandbox/manifests/"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(dt: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; everything here is UTC."""
-    if dt is not None and dt.tzinfo is None:
-        return dt.replace(tzinfo=UTC)
-    return dt
 
 
 def _deployed_fence(runtime: str, allow: list[str], sandbox: SandboxSettings) -> None:
@@ -111,82 +99,14 @@ def _deployed_fence(runtime: str, allow: list[str], sandbox: SandboxSettings) ->
     if get_settings().mode != "deployed":
         return
     if runtime == "process" and not sandbox.allow_process_runtime:
-        raise APIError(
-            409, "unsupported",
+        raise Conflict(
+            "unsupported",
             "runtime 'process' is not a security boundary and is off in deployed mode "
             "(K3STACK_SANDBOX__ALLOW_PROCESS_RUNTIME=true enables it)",
         )  # fmt: skip
     refused = check_allowlist(allow, deployed=True)
     if refused:
-        raise APIError(400, "invalid_request", refused)
-
-
-@contextmanager
-def runtime_errors(sandbox_id: str = "") -> Iterator[None]:
-    """Turn runtime exceptions into the API's errors (see ``runtime.base`` for the mapping)."""
-    try:
-        yield
-    except APIError:
-        raise
-    except GuestPathError as exc:
-        raise APIError(400, "invalid_path", str(exc)) from exc
-    except GuestFileNotFound as exc:
-        raise APIError(404, "file_not_found", str(exc)) from exc
-    except GuestFileTooLarge as exc:
-        raise APIError(413, "too_large", str(exc)) from exc
-    except GuestFileError as exc:
-        status = 409 if exc.errno in (17, 21, 20, 39) else 400  # EEXIST EISDIR ENOTDIR ENOTEMPTY
-        raise APIError(status, "file_error", str(exc)) from exc
-    except UnsupportedOperation as exc:
-        raise APIError(409, "unsupported", str(exc)) from exc
-    except SandboxNotRunning as exc:
-        raise APIError(409, "not_running", str(exc)) from exc
-    except RuntimeUnavailable as exc:
-        raise APIError(503, "runtime_unavailable", str(exc)) from exc
-    except (GuestAgentError, CheckpointError) as exc:
-        where = f" (sandbox {sandbox_id})" if sandbox_id else ""
-        log.exception("runtime failure%s", where)
-        raise APIError(500, "runtime_error", f"{exc}{where}") from exc
-
-
-class _Gate:
-    """Readers-writer gate: checkpoints and restores share it, garbage collection holds it
-    alone (a checkpoint deduplicating against an object the sweep is deleting would name a
-    deleted object). Writers go first once waiting, so a busy service cannot starve the GC."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._waiting = 0
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer or self._waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+        raise Invalid("invalid_request", refused)
 
 
 @dataclass
@@ -229,24 +149,27 @@ class SandboxManager:
         self._live: dict[str, Live] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
-        self._builds = ThreadPoolExecutor(2, thread_name_prefix="k3stack-template")
+        self.templates = TemplateCatalog(
+            db=db, runtimes=runtimes, default_runtime=settings.runtime, clock=clock
+        )
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
-        self._gate = _Gate()
-        self._holds: Counter[str] = Counter()
-        self._holds_lock = threading.Lock()
-        self._last_gc = clock()
+        self.gc = GarbageCollector(
+            settings=settings, data_dir=self.data_dir, db=db, store=store, runtimes=runtimes,
+            is_live=lambda sandbox_id: sandbox_id in self._live,
+        )  # fmt: skip
+        self.reaper = Reaper(self)
 
     # ------------------------------------------------------------------ start / stop
 
     def start(self, background: bool = True) -> None:
         """Seed built-in templates, adopt or recover sandboxes, start the reaper thread."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._seed_templates()
+        self.templates.seed()
         self.recover()
         if background:
             self._reaper = threading.Thread(
-                target=self._reap_loop, name="k3stack-reaper", daemon=True
+                target=self.reaper.loop, args=(self._stop,), name="k3stack-reaper", daemon=True
             )
             self._reaper.start()
 
@@ -264,7 +187,7 @@ class SandboxManager:
                 except Exception:  # noqa: BLE001 - one failure must not strand the others
                     log.exception("pausing sandbox %s at shutdown", sandbox_id)
                     self._lose(sandbox_id, "pausing it at shutdown failed")
-        self._builds.shutdown(wait=True, cancel_futures=False)
+        self.templates.close()
         for rt in self.runtimes.values():
             rt.close()
 
@@ -443,9 +366,9 @@ class SandboxManager:
     def _row(self, s: Any, sandbox_id: str) -> SandboxRow:
         row = s.get(SandboxRow, sandbox_id)
         if row is None:
-            raise not_found("sandbox", sandbox_id)
+            raise NotFound.of("sandbox", sandbox_id)
         if row.state == "killed":
-            raise APIError(404, "not_found", f"sandbox {sandbox_id!r} was killed")
+            raise NotFound("not_found", f"sandbox {sandbox_id!r} was killed")
         return row
 
     def get(self, sandbox_id: str) -> SandboxDetail:
@@ -473,12 +396,11 @@ class SandboxManager:
     # ------------------------------------------------------------------ create / kill
 
     def create(self, req: NewSandbox) -> Sandbox:
-        template = self._ready_template(req.templateID)
+        template = self.templates.ready(req.templateID)
         requested = req.runtime
         if template.runtime != "any":
             if requested not in (None, "auto", template.runtime):
-                raise APIError(
-                    400, "invalid_request",
+                raise Invalid("invalid_request",
                     f"template {template.id!r} is built for runtime {template.runtime!r}, "
                     f"not {requested!r}",
                 )  # fmt: skip
@@ -487,8 +409,7 @@ class SandboxManager:
             rt = pick_runtime(requested, self.settings.runtime, self.runtimes)
         _deployed_fence(rt.name, req.network.allow, self.settings)
         if req.network.mode == "allowlist" and not rt.capabilities.network_allowlist:
-            raise APIError(
-                409, "unsupported",
+            raise Conflict("unsupported",
                 f"runtime {rt.name!r} cannot restrict the network to an allowlist",
             )  # fmt: skip
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
@@ -521,7 +442,7 @@ class SandboxManager:
             try:
                 with runtime_errors(sandbox_id):
                     handle = rt.create(sandbox_id, spec, self.workdir(sandbox_id))
-            except APIError as exc:
+            except SandboxError as exc:
                 self._set_error(sandbox_id, exc.message)
                 shutil.rmtree(self.workdir(sandbox_id), ignore_errors=True)
                 raise
@@ -587,14 +508,13 @@ class SandboxManager:
             state = row.state
             err = row.error
         if state == "paused":
-            raise APIError(
-                409, "sandbox_paused",
+            raise Conflict("sandbox_paused",
                 f"sandbox {sandbox_id!r} is paused; resume it first "
                 f"(POST /sandboxes/{sandbox_id}/resume or /connect)",
             )  # fmt: skip
         if state == "creating":
-            raise APIError(409, "not_running", f"sandbox {sandbox_id!r} is still being created")
-        raise APIError(409, "not_running", f"sandbox {sandbox_id!r} is in state {state!r}: {err}")
+            raise Conflict("not_running", f"sandbox {sandbox_id!r} is still being created")
+        raise Conflict("not_running", f"sandbox {sandbox_id!r} is in state {state!r}: {err}")
 
     def touch(self, sandbox_id: str) -> None:
         """Use restarts the idle timeout (in memory; persisted by lifecycle changes and ticks)."""
@@ -630,8 +550,7 @@ class SandboxManager:
         limit = self.settings.exec_max_timeout_s
         timeout = body.timeout_s if "timeout_s" in body.model_fields_set else min(60, limit)
         if timeout > limit:
-            raise APIError(
-                400, "invalid_request",
+            raise Invalid("invalid_request",
                 f"timeout_s {timeout:g} is above the limit of {limit} s "
                 "(K3STACK_SANDBOX__EXEC_MAX_TIMEOUT_S); 0 means the limit",
             )  # fmt: skip
@@ -644,9 +563,9 @@ class SandboxManager:
                 max_output_bytes=self.settings.exec_max_output_bytes,
             )  # fmt: skip
         except GuestPathError as exc:
-            raise APIError(400, "invalid_path", str(exc)) from exc
+            raise Invalid("invalid_path", str(exc)) from exc
         except ValueError as exc:
-            raise APIError(400, "invalid_request", str(exc).split("\n", 1)[-1].strip()) from exc
+            raise Invalid("invalid_request", str(exc).split("\n", 1)[-1].strip()) from exc
 
     def exec(self, sandbox_id: str, body: ExecBody) -> ExecOutput:
         req = self._exec_request(body)
@@ -699,7 +618,7 @@ class SandboxManager:
         try:
             return normalize_guest_path(path)
         except GuestPathError as exc:
-            raise APIError(400, "invalid_path", str(exc)) from exc
+            raise Invalid("invalid_path", str(exc)) from exc
 
     @staticmethod
     def entry(info: FileInfo) -> EntryInfo:
@@ -773,13 +692,13 @@ class SandboxManager:
         with self.db.session() as s:
             row = s.get(CheckpointRow, checkpoint_id)
             if row is None:
-                raise not_found("checkpoint", checkpoint_id)
+                raise NotFound.of("checkpoint", checkpoint_id)
             key = row.manifest_key
         try:
             return CheckpointManifest.model_validate_json(self.store.get(key))
         except KeyError as exc:
-            raise APIError(
-                500, "checkpoint_missing", f"manifest of checkpoint {checkpoint_id} is gone: {exc}"
+            raise Internal(
+                "checkpoint_missing", f"manifest of checkpoint {checkpoint_id} is gone: {exc}"
             ) from exc
 
     def _take_checkpoint(
@@ -787,7 +706,7 @@ class SandboxManager:
     ) -> CheckpointRow:
         """Checkpoint a running sandbox (caller holds its lock); it keeps running."""
         live = self._require_running(sandbox_id)
-        with self._gate.shared():
+        with self.gc.gate.shared():
             return self._take_checkpoint_gated(sandbox_id, live, kind, name)
 
     def _take_checkpoint_gated(
@@ -817,7 +736,7 @@ class SandboxManager:
     def list_checkpoints(self, sandbox_id: str) -> list[Checkpoint]:
         with self.db.session() as s:
             if s.get(SandboxRow, sandbox_id) is None:
-                raise not_found("sandbox", sandbox_id)
+                raise NotFound.of("sandbox", sandbox_id)
             rows = s.scalars(
                 select(CheckpointRow)
                 .where(CheckpointRow.sandbox_id == sandbox_id)
@@ -829,7 +748,7 @@ class SandboxManager:
         with self.db.session() as s:
             row = s.get(CheckpointRow, checkpoint_id)
             if row is None:
-                raise not_found("checkpoint", checkpoint_id)
+                raise NotFound.of("checkpoint", checkpoint_id)
             return self._checkpoint_view(row)
 
     def lineage(self, checkpoint_id: str) -> list[Checkpoint]:
@@ -841,8 +760,8 @@ class SandboxManager:
                 row = s.get(CheckpointRow, cur)
                 if row is None:
                     if not chain:
-                        raise not_found("checkpoint", checkpoint_id)
-                    raise APIError(500, "checkpoint_missing", f"ancestor {cur} is missing")
+                        raise NotFound.of("checkpoint", checkpoint_id)
+                    raise Internal("checkpoint_missing", f"ancestor {cur} is missing")
                 chain.append(self._checkpoint_view(row))
                 cur = row.parent_id
         chain.reverse()
@@ -864,9 +783,7 @@ class SandboxManager:
             if sandbox_id not in self._live:
                 with self.db.session() as s:
                     state = self._row(s, sandbox_id).state
-                raise APIError(
-                    409, "not_running", f"sandbox {sandbox_id!r} is {state}, not running"
-                )
+                raise Conflict("not_running", f"sandbox {sandbox_id!r} is {state}, not running")
             ck = self._take_checkpoint(sandbox_id, "pause", None if reason == "pause" else reason)
             live = self._live.pop(sandbox_id)
             try:
@@ -888,10 +805,9 @@ class SandboxManager:
             with self.db.session() as s:
                 row = self._row(s, sandbox_id)
                 if row.state == "running":
-                    raise APIError(409, "already_running", f"sandbox {sandbox_id!r} is running")
+                    raise Conflict("already_running", f"sandbox {sandbox_id!r} is running")
                 if row.state != "paused" or not row.head_checkpoint_id:
-                    raise APIError(
-                        409, "not_paused",
+                    raise Conflict("not_paused",
                         f"sandbox {sandbox_id!r} is {row.state} and has nothing to resume from",
                     )  # fmt: skip
                 head, runtime_name = row.head_checkpoint_id, row.runtime
@@ -899,8 +815,8 @@ class SandboxManager:
                     row.on_timeout = "pause" if auto_pause else "kill"
             rt = self.runtimes.get(runtime_name)
             if rt is None:
-                raise APIError(503, "runtime_unavailable", f"runtime {runtime_name!r} is gone")
-            with self._holding([head]), self._gate.shared():
+                raise Unavailable("runtime_unavailable", f"runtime {runtime_name!r} is gone")
+            with self.gc.holding([head]), self.gc.gate.shared():
                 chain = self._chain(head)
                 with runtime_errors(sandbox_id):
                     handle = rt.restore(sandbox_id, chain, self.store, self.workdir(sandbox_id))
@@ -938,7 +854,7 @@ class SandboxManager:
             row = self._row(s, sandbox_id)
             live = self._live.get(sandbox_id)
             if live is None:
-                raise APIError(409, "not_running", f"sandbox {sandbox_id!r} is {row.state}")
+                raise Conflict("not_running", f"sandbox {sandbox_id!r} is {row.state}")
             new_end = self.clock() + timedelta(seconds=duration)
             if live.end_at is not None and new_end > live.end_at:
                 live.end_at = new_end
@@ -951,7 +867,7 @@ class SandboxManager:
         with self.db.session() as s:
             ck = s.get(CheckpointRow, checkpoint_id)
             if ck is None:
-                raise not_found("checkpoint", checkpoint_id)
+                raise NotFound.of("checkpoint", checkpoint_id)
             if ck.sandbox_id == sandbox_id:
                 return True
             row = self._row(s, sandbox_id)
@@ -963,19 +879,18 @@ class SandboxManager:
 
     def restore(self, sandbox_id: str, checkpoint_id: str) -> SandboxDetail:
         """Put the sandbox in the state of ``checkpoint_id`` (running). Unsaved state is dropped."""
-        with self._lock(sandbox_id), self._holding([checkpoint_id]):
+        with self._lock(sandbox_id), self.gc.holding([checkpoint_id]):
             with self.db.session() as s:
                 row = self._row(s, sandbox_id)
                 runtime_name = row.runtime
             if not self._in_history(sandbox_id, checkpoint_id):
-                raise APIError(
-                    409, "foreign_checkpoint",
+                raise Conflict("foreign_checkpoint",
                     f"checkpoint {checkpoint_id!r} is not in the history of sandbox "
                     f"{sandbox_id!r}; fork its sandbox instead",
                 )  # fmt: skip
             rt = self.runtimes.get(runtime_name)
             if rt is None:
-                raise APIError(503, "runtime_unavailable", f"runtime {runtime_name!r} is gone")
+                raise Unavailable("runtime_unavailable", f"runtime {runtime_name!r} is gone")
             chain = self._chain(checkpoint_id)
             live = self._live.pop(sandbox_id, None)
             if live is not None:
@@ -983,9 +898,9 @@ class SandboxManager:
                     live.runtime.destroy(live.handle)
             shutil.rmtree(self.workdir(sandbox_id), ignore_errors=True)
             try:
-                with runtime_errors(sandbox_id), self._gate.shared():
+                with runtime_errors(sandbox_id), self.gc.gate.shared():
                     handle = rt.restore(sandbox_id, chain, self.store, self.workdir(sandbox_id))
-            except APIError as exc:
+            except SandboxError as exc:
                 with self.db.session() as s:
                     row = s.get(SandboxRow, sandbox_id)
                     assert row is not None
@@ -998,10 +913,10 @@ class SandboxManager:
 
     def fork(
         self, sandbox_id: str, count: int, timeout: int | None = None, memory: bool = True
-    ) -> list[SandboxForkResult]:
+    ) -> list[Sandbox | SandboxError]:
+        """One entry per child: the running child, or the error that stopped it."""
         if count > self.settings.max_fork_count:
-            raise APIError(
-                400, "invalid_request",
+            raise Invalid("invalid_request",
                 f"count {count} is above the limit of {self.settings.max_fork_count} "
                 "(K3STACK_SANDBOX__MAX_FORK_COUNT)",
             )  # fmt: skip
@@ -1012,43 +927,40 @@ class SandboxManager:
                 head = src.head_checkpoint_id
             rt = self.runtimes.get(runtime_name)
             if rt is None:
-                raise APIError(503, "runtime_unavailable", f"runtime {runtime_name!r} is gone")
+                raise Unavailable("runtime_unavailable", f"runtime {runtime_name!r} is gone")
             if memory and not rt.capabilities.memory_checkpoint:
-                raise APIError(
-                    409, "unsupported",
+                raise Conflict("unsupported",
                     f"runtime {rt.name!r} cannot fork memory: its checkpoints hold files only "
                     "(pass memory=false to fork the filesystem)",
                 )  # fmt: skip
             if not rt.capabilities.fork:
-                raise APIError(409, "unsupported", f"runtime {rt.name!r} cannot fork")
+                raise Conflict("unsupported", f"runtime {rt.name!r} cannot fork")
             if state == "running":
                 ck_id = self._take_checkpoint(sandbox_id, "fork").id
             elif state == "paused" and head:
                 ck_id = head  # a paused sandbox's state is its head checkpoint: no need to touch it
             else:
-                raise APIError(409, "not_running", f"sandbox {sandbox_id!r} is {state}")
-            self._hold([ck_id])  # until the children's rows name it (the source may be killed)
+                raise Conflict("not_running", f"sandbox {sandbox_id!r} is {state}")
+            self.gc.hold([ck_id])  # until the children's rows name it (the source may be killed)
         try:
             chain, children = self._fork_rows(sandbox_id, ck_id, count, timeout)
         finally:
-            self._release([ck_id])
+            self.gc.release([ck_id])
 
-        def one(child_id: str) -> SandboxForkResult:
+        def one(child_id: str) -> Sandbox | SandboxError:
             try:
                 with self._lock(child_id):
-                    with runtime_errors(child_id), self._gate.shared():
+                    with runtime_errors(child_id), self.gc.gate.shared():
                         handle = rt.restore(child_id, chain, self.store, self.workdir(child_id))
-                    return SandboxForkResult(sandbox=self._went_running(child_id, handle, rt))
-            except APIError as exc:
+                    return self._went_running(child_id, handle, rt)
+            except SandboxError as exc:
                 self._set_error(child_id, exc.message)
                 shutil.rmtree(self.workdir(child_id), ignore_errors=True)
-                return SandboxForkResult(error=exc.to_error())
+                return exc
             except Exception as exc:  # noqa: BLE001 - one child's failure is reported, not raised
                 log.exception("fork child %s", child_id)
                 self._set_error(child_id, str(exc))
-                return SandboxForkResult(
-                    error=Error(code=500, error_code="runtime_error", message=str(exc))
-                )
+                return Internal("runtime_error", str(exc))
 
         with ThreadPoolExecutor(min(count, 4), thread_name_prefix="k3stack-fork") as pool:
             return list(pool.map(one, children))
@@ -1078,433 +990,33 @@ class SandboxManager:
                 )  # fmt: skip
         return chain, children
 
-    # ------------------------------------------------------------------ garbage collection
-
-    def _hold(self, checkpoint_ids: Iterable[str]) -> None:
-        with self._holds_lock:
-            self._holds.update(checkpoint_ids)
-
-    def _release(self, checkpoint_ids: Iterable[str]) -> None:
-        with self._holds_lock:
-            self._holds.subtract(checkpoint_ids)
-            self._holds += Counter()  # drop zero counts
-
-    @contextmanager
-    def _holding(self, checkpoint_ids: list[str]) -> Iterator[None]:
-        """Keep these checkpoints (and their ancestors) alive while an operation uses them:
-        DELETE /checkpoints refuses them, the GC counts them as reachable."""
-        self._hold(checkpoint_ids)
-        try:
-            yield
-        finally:
-            self._release(checkpoint_ids)
+    # ------------------------------------------------------------------ garbage collection (GarbageCollector)
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint nothing depends on (its objects go at the next GC).
-
-        409 when it is the head of a sandbox that is not killed (resume/restore needs it), the
-        parent of another checkpoint, the fork source of a sandbox that is not killed, or in use
-        by an operation in flight."""
-        with self._holds_lock, self.db.session() as s:
-            row = s.get(CheckpointRow, checkpoint_id)
-            if row is None:
-                raise not_found("checkpoint", checkpoint_id)
-            if self._holds.get(checkpoint_id):
-                raise APIError(
-                    409, "checkpoint_in_use",
-                    f"checkpoint {checkpoint_id!r} is in use by an operation in flight",
-                )  # fmt: skip
-            user = s.scalars(
-                select(SandboxRow).where(
-                    SandboxRow.state != "killed",
-                    (SandboxRow.head_checkpoint_id == checkpoint_id)
-                    | (SandboxRow.forked_from == checkpoint_id),
-                )
-            ).first()
-            if user is not None:
-                what = "head" if user.head_checkpoint_id == checkpoint_id else "fork source"
-                raise APIError(
-                    409, "checkpoint_in_use",
-                    f"checkpoint {checkpoint_id!r} is the {what} of sandbox {user.id!r} "
-                    f"({user.state}); kill that sandbox first",
-                )  # fmt: skip
-            child = s.scalars(
-                select(CheckpointRow.id).where(CheckpointRow.parent_id == checkpoint_id)
-            ).first()
-            if child is not None:
-                raise APIError(
-                    409, "checkpoint_in_use",
-                    f"checkpoint {checkpoint_id!r} is the parent of checkpoint {child!r}",
-                )  # fmt: skip
-            s.delete(row)
-        log.info("checkpoint %s deleted", checkpoint_id)
+        self.gc.delete_checkpoint(checkpoint_id)
 
     def collect_garbage(self, grace_s: float | None = None) -> GCReport:
-        """Mark and sweep: delete what no live sandbox can need any more.
+        return self.gc.collect_garbage(grace_s)
 
-        Mark: roots are every checkpoint of a sandbox that is not killed (restore may go to
-        any of them), every sandbox's head and fork source, and the checkpoints operations in
-        flight hold; reachable = the roots and all their ancestors (a fork child's chain goes
-        through its source's checkpoints, so those live while the child does). Checkpoint rows
-        not reachable (only killed sandboxes had them) are deleted. Every object key the
-        reachable manifests reference is kept.
-
-        Sweep: objects under the manifest prefix and the runtimes' ``object_prefixes`` that are
-        not kept and older than ``grace_s`` (default ``gc_grace_s``) are deleted; so are cached
-        local disk layers nothing references and workdirs of killed sandboxes. Runs with
-        checkpoints and restores held off (see :class:`_Gate`); content-addressed objects
-        (deduplicated pages, blobs, disk layers) live while any reachable manifest names them.
-        """
-        grace = self.settings.gc_grace_s if grace_s is None else grace_s
-        t0 = time.perf_counter()
-        with self._gate.exclusive():
-            report = self._collect(grace)
-        report.duration_ms = round((time.perf_counter() - t0) * 1000, 1)
-        log.info(
-            "sandbox gc: %d checkpoints kept, %d deleted; %d/%d objects deleted (%d bytes), "
-            "%d in grace; %d local files (%d bytes); %d missing; %.0f ms",
-            report.checkpoints_reachable, report.checkpoints_deleted, report.objects_deleted,
-            report.objects_scanned, report.bytes_freed, report.objects_in_grace,
-            report.local_files_deleted, report.local_bytes_freed, len(report.missing_objects),
-            report.duration_ms,
-        )  # fmt: skip
-        return report
-
-    def _collect(self, grace: float) -> GCReport:
-        report = GCReport(
-            checkpoints_reachable=0, checkpoints_deleted=0, objects_scanned=0,
-            objects_deleted=0, bytes_freed=0, objects_in_grace=0, local_files_deleted=0,
-            local_bytes_freed=0, duration_ms=0.0,
-        )  # fmt: skip
-        # ---- mark: checkpoints
-        with self.db.session() as s:
-            sandboxes = {r.id: r.state for r in s.scalars(select(SandboxRow)).all()}
-            with self._holds_lock:
-                roots = set(self._holds)
-            for row in s.scalars(select(SandboxRow).where(SandboxRow.state != "killed")).all():
-                roots.update(c for c in (row.head_checkpoint_id, row.forked_from) if c)
-            cks = {
-                c.id: (c.parent_id, c.manifest_key, c.runtime, c.sandbox_id)
-                for c in s.scalars(select(CheckpointRow)).all()
-            }
-        roots.update(
-            cid for cid, (_, _, _, sbx) in cks.items() if sandboxes.get(sbx, "killed") != "killed"
-        )
-        reachable: set[str] = set()
-        for root in roots:
-            cur: str | None = root
-            while cur is not None and cur in cks and cur not in reachable:
-                reachable.add(cur)
-                cur = cks[cur][0]
-        garbage = [cid for cid in cks if cid not in reachable]
-        if garbage:
-            # children before parents, so no batch leaves a row naming a deleted parent
-            depth: dict[str, int] = {}
-
-            def depth_of(cid: str) -> int:
-                chain = []
-                cur: str | None = cid
-                while cur is not None and cur in cks and cur not in depth:
-                    chain.append(cur)
-                    cur = cks[cur][0]
-                d = depth.get(cur, -1) if cur is not None else -1
-                for c in reversed(chain):
-                    d += 1
-                    depth[c] = d
-                return depth[cid]
-
-            garbage.sort(key=depth_of, reverse=True)
-            for i in range(0, len(garbage), 500):
-                with self.db.session() as s:
-                    s.execute(
-                        delete(CheckpointRow).where(CheckpointRow.id.in_(garbage[i : i + 500]))
-                    )
-        report.checkpoints_reachable = len(reachable)
-        report.checkpoints_deleted = len(garbage)
-        # ---- mark: objects
-        keep: set[str] = set()
-        missing: list[str] = []
-        for cid in reachable:
-            _, manifest_key, runtime_name, _ = cks[cid]
-            keep.add(manifest_key)
-            try:
-                m = CheckpointManifest.model_validate_json(self.store.get(manifest_key))
-            except KeyError:
-                missing.append(manifest_key)
-                continue
-            rt = self.runtimes.get(runtime_name)
-            if rt is None:
-                continue  # its prefixes are not swept either
-            try:
-                keep.update(rt.referenced_keys(m, self.store))
-            except KeyError as exc:  # a broken checkpoint: what it names is unknowable
-                missing.append(str(exc.args[0] if exc.args else exc))
-        report.missing_objects = sorted(missing)[:20]
-        # ---- sweep: objects
-        prefixes = [MANIFEST_PREFIX]
-        for rt in self.runtimes.values():
-            prefixes += [p for p in rt.object_prefixes if p not in prefixes]
-        cutoff = datetime.now(UTC) - timedelta(seconds=grace)
-        deleted: set[str] = set()
-        for prefix in prefixes:
-            for info in list(self.store.list(prefix)):
-                report.objects_scanned += 1
-                if info.key in keep:
-                    continue
-                if _aware(info.modified) > cutoff:  # type: ignore[operator]
-                    report.objects_in_grace += 1
-                    continue
-                try:
-                    self.store.delete(info.key)
-                except KeyError:
-                    continue
-                deleted.add(info.key)
-                report.bytes_freed += info.size
-        report.objects_deleted = len(deleted)
-        # ---- sweep: local files
-        for rt in self.runtimes.values():
-            if deleted:
-                rt.forget_objects(deleted)
-            files, freed = rt.collect_local(keep, grace)
-            report.local_files_deleted += files
-            report.local_bytes_freed += freed
-        vms = self.data_dir / "vms"
-        if vms.is_dir():
-            wall = time.time()
-            for wd in vms.iterdir():
-                if sandboxes.get(wd.name, "killed") != "killed" or wd.name in self._live:
-                    continue
-                try:
-                    if wall - wd.stat().st_mtime < grace:
-                        continue
-                except FileNotFoundError:
-                    continue
-                with self.db.session() as s:  # created since the snapshot above? (row first)
-                    row = s.get(SandboxRow, wd.name)
-                    if row is not None and row.state != "killed":
-                        continue
-                size = 0
-                for f in wd.rglob("*"):
-                    with contextlib.suppress(OSError):
-                        size += f.lstat().st_size if f.is_file() else 0
-                shutil.rmtree(wd, ignore_errors=True)
-                report.local_files_deleted += 1
-                report.local_bytes_freed += size
-        return report
-
-    # ------------------------------------------------------------------ background work
-
-    def _reap_loop(self) -> None:
-        while not self._stop.wait(self.settings.reaper_interval_s):
-            try:
-                self.tick()
-            except Exception:  # noqa: BLE001 - the reaper must outlive one bad tick
-                log.exception("sandbox reaper tick failed")
+    # ------------------------------------------------------------------ background work (Reaper)
 
     def tick(self) -> dict[str, list[str]]:
-        """One pass of timeouts, periodic snapshots and liveness (and, every ``gc_interval_s``,
-        garbage collection). Returns what it did."""
-        done = self._tick()
-        every = self.settings.gc_interval_s
-        now = self.clock()
-        if every > 0 and (now - self._last_gc).total_seconds() >= every:
-            self._last_gc = now
-            try:
-                self.collect_garbage()
-            except Exception:  # noqa: BLE001 - the next interval tries again
-                log.exception("sandbox gc failed")
-        return done
+        """One reaper pass now (see :class:`~services.sandbox.lifecycle.reaper.Reaper`)."""
+        return self.reaper.tick()
 
-    def _tick(self) -> dict[str, list[str]]:
-        done: dict[str, list[str]] = {"paused": [], "killed": [], "snapshots": [], "lost": []}
-        now = self.clock()
-        interval = self.settings.snapshot_interval_s
-        for sandbox_id in list(self._live):
-            lock = self._lock(sandbox_id)
-            if not lock.acquire(blocking=False):
-                continue  # busy with a lifecycle operation; next tick
-            try:
-                live = self._live.get(sandbox_id)
-                if live is None:
-                    continue
-                if not live.runtime.is_alive(live.handle):
-                    self._live.pop(sandbox_id, None)
-                    self._stop_quietly(live.runtime, live.handle)  # memory file, sockets
-                    with self.db.session() as s:
-                        row = s.get(SandboxRow, sandbox_id)
-                        if row is not None:
-                            self._mark_lost(row, "the sandbox's VM exited unexpectedly")
-                    done["lost"].append(sandbox_id)
-                    continue
-                if live.end_at is not None and now >= live.end_at:
-                    with self.db.session() as s:
-                        action = s.get(SandboxRow, sandbox_id).on_timeout  # type: ignore[union-attr]
-                    try:
-                        if action == "pause":
-                            self.pause(sandbox_id, reason="timeout")
-                            done["paused"].append(sandbox_id)
-                        else:
-                            self.kill(sandbox_id)
-                            done["killed"].append(sandbox_id)
-                    except APIError as exc:
-                        log.error(
-                            "timeout %s of sandbox %s failed: %s", action, sandbox_id, exc.message
-                        )
-                    continue
-                if interval > 0:
-                    with self.db.session() as s:
-                        row = s.get(SandboxRow, sandbox_id)
-                        last = _aware(row.last_snapshot_at or row.started_at) if row else now
-                    if last is not None and (now - last).total_seconds() >= interval:
-                        try:
-                            self._take_checkpoint(sandbox_id, "periodic")
-                            done["snapshots"].append(sandbox_id)
-                        except APIError as exc:
-                            log.error("periodic snapshot of %s failed: %s", sandbox_id, exc.message)
-            finally:
-                lock.release()
-        return done
-
-    # ------------------------------------------------------------------ templates
-
-    def _seed_templates(self) -> None:
-        now = self.clock()
-        with self.db.session() as s:
-            for name in BUILTIN_TEMPLATES:
-                if s.get(TemplateRow, name) is None:
-                    s.add(
-                        TemplateRow(
-                            id=name, runtime="any", base=None, steps=[], status="ready",
-                            builtin=True, cpu_count=1, memory_mb=256, created_at=now,
-                            updated_at=now, spawn_count=0, logs=[], error=None, image={},
-                        )
-                    )  # fmt: skip
-
-    def _ready_template(self, template_id: str) -> TemplateRow:
-        with self.db.session() as s:
-            row = s.get(TemplateRow, template_id)
-            if row is None:
-                raise not_found("template", template_id)
-            if row.status != "ready":
-                raise APIError(
-                    409, "template_not_ready",
-                    f"template {template_id!r} is {row.status}"
-                    + (f": {row.error}" if row.error else ""),
-                )  # fmt: skip
-            s.expunge(row)
-            return row
-
-    @staticmethod
-    def _template_view(row: TemplateRow) -> Template:
-        return Template(
-            templateID=row.id, runtime=row.runtime,
-            buildStatus=row.status,  # type: ignore[arg-type]
-            builtin=row.builtin, fromTemplate=row.base,
-            steps=[TemplateStep.model_validate(x) for x in row.steps or []],
-            cpuCount=row.cpu_count, memoryMB=row.memory_mb,
-            createdAt=_aware(row.created_at),  # type: ignore[arg-type]
-            updatedAt=_aware(row.updated_at),  # type: ignore[arg-type]
-            spawnCount=row.spawn_count, logs=list(row.logs or [])[-200:], error=row.error,
-        )  # fmt: skip
+    # ------------------------------------------------------------------ templates (TemplateCatalog)
 
     def list_templates(self) -> list[Template]:
-        with self.db.session() as s:
-            rows = s.scalars(select(TemplateRow).order_by(TemplateRow.created_at)).all()
-            return [self._template_view(r) for r in rows]
+        return self.templates.list()
 
     def get_template(self, template_id: str) -> Template:
-        with self.db.session() as s:
-            row = s.get(TemplateRow, template_id)
-            if row is None:
-                raise not_found("template", template_id)
-            return self._template_view(row)
+        return self.templates.get(template_id)
 
     def build_template(self, req: NewTemplate) -> Template:
-        """Record the template and build it in the background; poll ``GET /templates/{id}``."""
-        base = req.fromTemplate or "busybox"
-        base_row = self._ready_template(base)
-        requested = req.runtime
-        if base_row.runtime != "any":
-            requested = base_row.runtime
-        with runtime_errors():
-            rt = pick_runtime(requested, self.settings.runtime, self.runtimes)
-        builder = getattr(rt, "build_image", None)
-        if builder is None:
-            raise APIError(409, "unsupported", f"runtime {rt.name!r} has no image builder")
-        now = self.clock()
-        with self.db.session() as s:
-            existing = s.get(TemplateRow, req.name)
-            if existing is not None:
-                if existing.builtin or existing.status == "building":
-                    raise APIError(
-                        409, "conflict", f"template {req.name!r} is {'built-in' if existing.builtin else 'building'}"
-                    )  # fmt: skip
-                s.delete(existing)
-                s.flush()
-            s.add(
-                TemplateRow(
-                    id=req.name, runtime=rt.name, base=base,
-                    steps=[st.model_dump() for st in req.steps], status="building",
-                    builtin=False, cpu_count=req.cpuCount, memory_mb=req.memoryMB,
-                    created_at=now, updated_at=now, spawn_count=0, logs=[], error=None, image={},
-                )
-            )  # fmt: skip
-        self._builds.submit(
-            self._run_build, req.name, rt, base, [st.model_dump() for st in req.steps]
-        )
-        return self.get_template(req.name)
-
-    def _run_build(self, name: str, rt: Runtime, base: str, steps: list[dict[str, Any]]) -> None:
-        lines: list[str] = []
-        last_flush = [time.monotonic()]
-
-        def say(line: str) -> None:
-            lines.append(line)
-            if time.monotonic() - last_flush[0] > 0.5:
-                last_flush[0] = time.monotonic()
-                with self.db.session() as s:
-                    row = s.get(TemplateRow, name)
-                    if row is not None:
-                        row.logs = lines[-500:]
-
-        try:
-            image = rt.build_image(name, base, steps, say)  # type: ignore[attr-defined]
-            status, error = "ready", None
-        except Exception as exc:  # noqa: BLE001 - a failed build is a template in state error
-            log.warning("template %s failed: %s", name, exc)
-            image, status, error = {}, "error", str(exc)
-        with self.db.session() as s:
-            row = s.get(TemplateRow, name)
-            if row is not None:
-                row.status, row.error, row.image = status, error, image or {}
-                row.logs = lines[-500:]
-                row.updated_at = self.clock()
+        return self.templates.build(req)
 
     def delete_template(self, template_id: str) -> None:
-        with self.db.session() as s:
-            row = s.get(TemplateRow, template_id)
-            if row is None:
-                raise not_found("template", template_id)
-            if row.builtin:
-                raise APIError(409, "conflict", f"template {template_id!r} is built in")
-            if row.status == "building":
-                raise APIError(409, "conflict", f"template {template_id!r} is still building")
-            users = s.scalars(
-                select(SandboxRow.id).where(
-                    SandboxRow.template_id == template_id,
-                    SandboxRow.state.in_(("running", "paused", "creating")),
-                )
-            ).all()
-            if users:
-                raise APIError(
-                    409, "conflict",
-                    f"template {template_id!r} is used by {len(users)} sandbox(es), e.g. {users[0]}",
-                )  # fmt: skip
-            rt = self.runtimes.get(row.runtime)
-            s.delete(row)
-        deleter = getattr(rt, "delete_image", None) if rt else None
-        if deleter is not None:
-            deleter(template_id)
+        self.templates.delete(template_id)
 
     # ------------------------------------------------------------------ invariants
 
