@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
-# the orchestrator's report test (and the web verifier) drive Debian's Chromium via Playwright
+# the orchestrator's report test and the web verifier drive Debian's Chromium via Playwright
 command -v chromium >/dev/null || need+=(chromium)
+command -v bwrap >/dev/null || need+=(bubblewrap)  # the kernel verifier's sandbox
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup_system: missing ${need[*]}; run as root or install them" >&2

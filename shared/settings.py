@@ -197,6 +197,22 @@ class SandboxSettings(ServiceSettings):
         description="Allow the `process` runtime (bubblewrap, not a security boundary) in "
         "deployed mode; local mode always allows it.",
     )
+    exec_max_timeout_s: int = Field(
+        3600, ge=1, le=7 * 24 * 3600,
+        description="Longest a sandbox command may run; an exec timeout of 0 means this.",
+    )  # fmt: skip
+    exec_max_output_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, le=1 << 30,
+        description="Exec output kept per stream; past it output is dropped (truncated: true).",
+    )  # fmt: skip
+    guest_call_limit: int = Field(
+        32, ge=1, le=1024,
+        description="Exec and file calls into sandboxes in flight at once; more get 429.",
+    )  # fmt: skip
+    guest_pids_max: int = Field(
+        1024, ge=16, le=1 << 22,
+        description="Processes a microVM guest's commands may have at once (cgroup pids.max).",
+    )  # fmt: skip
 
 
 class ToolsSettings(ServiceSettings):
@@ -212,10 +228,12 @@ class VerifierSettings(ServiceSettings):
         Path("/usr/bin/chromium"), description="Chromium binary the web verifier drives."
     )
     job_kinds: list[str] = Field(
-        ["kernel", "submission", "world", "judge"],
+        ["kernel", "web", "submission", "world", "judge"],
         description="Verification job kinds, each on its own Celery queue <queue>.<kind>.",
     )
-    kernel_threads: int = Field(1, ge=1, le=256, description="CPU threads a kernel trial may use.")
+    web_template: str = Field(
+        "debian", description="Sandbox template web candidates are built and served in."
+    )
 
 
 class OrchestratorSettings(ServiceSettings):

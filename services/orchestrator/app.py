@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
 
@@ -42,9 +41,6 @@ async def platform_status(request: Request) -> PlatformStatus:
     return PlatformStatus(healthy=all(r.healthy for r in results), services=list(results))
 
 
-MIGRATIONS = Path(__file__).parent / "migrations"
-
-
 def _reaper(app: FastAPI, stop: threading.Event, interval: float) -> None:
     from services.orchestrator.episode.service import reap
 
@@ -59,12 +55,12 @@ def _reaper(app: FastAPI, stop: threading.Event, interval: float) -> None:
 
 def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
     """``enqueue`` puts an episode id on the queue (default: the Celery task)."""
+    from services.orchestrator.db import open_database
     from services.orchestrator.episode.service import services_from_settings
     from services.orchestrator.routes import router as episodes_router
-    from shared.db import ServiceDatabase
 
     settings = get_settings()
-    db = ServiceDatabase("orchestrator", settings.database_url or "", MIGRATIONS)
+    db = open_database(settings.database_url or "")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

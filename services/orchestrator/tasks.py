@@ -16,14 +16,13 @@ def ping() -> str:
 @celery.task(name="orchestrator.run_episode", acks_late=True, reject_on_worker_lost=True)
 def run_episode(episode_id: str) -> str:
     """Run (or resume) one episode to its end; state is committed after every step."""
-    from services.orchestrator.app import MIGRATIONS
+    from services.orchestrator.db import open_database
     from services.orchestrator.episode.runner import EpisodeRunner
     from services.orchestrator.episode.service import services_from_settings
-    from shared.db import ServiceDatabase
     from shared.settings import get_settings
 
     settings = get_settings()
-    db = ServiceDatabase("orchestrator", settings.database_url or "", MIGRATIONS)
+    db = open_database(settings.database_url or "")
     try:
         db.migrate()
         EpisodeRunner(db, services_from_settings(settings), episode_id).run()

@@ -15,6 +15,9 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from services.sandbox.api.envd import EnvdDispatch
+from services.sandbox.api.envd import router as envd_router
+from services.sandbox.api.guestcalls import GuestCalls
 from services.sandbox.api.routes import router
 from services.sandbox.lifecycle.manager import SandboxManager
 from services.sandbox.lifecycle.runtimes import make_runtimes
@@ -55,6 +58,7 @@ def create_app(
         )
         manager.start(background=background)
         app.state.manager = manager
+        app.state.guest_calls = GuestCalls(settings.sandbox.guest_call_limit)
         app.state.db = db
         try:
             yield
@@ -62,12 +66,16 @@ def create_app(
             manager.close()
             db.close()
 
-    return create_service_app(
+    app = create_service_app(
         "sandbox",
         routers=[router],
+        public_routers=[envd_router],  # its own auth: per-sandbox envd access tokens
         lifespan=lifespan,
         health_checks={"database": db.ping},
         settings=settings,
         description="Isolated sandboxes for agents: exec, files, pause/resume, incremental "
-        "checkpoints, restore, fork, templates. Lifecycle routes follow E2B's control plane.",
+        "checkpoints, restore, fork, templates. Lifecycle routes follow E2B's control plane; "
+        "E2B's envd data plane (Connect RPC process/filesystem, /files) is served too.",
     )
+    app.add_middleware(EnvdDispatch, state=app.state)
+    return app

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, Request, Response
-from fastapi.routing import APIRoute
+from fastapi import Depends, Request
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.tools.models import ActionRow, WorldRow
+from services.tools.serial import world_route
 from shared.errors import APIError
 
 
@@ -141,19 +141,8 @@ def world_context_by_token(request: Request) -> Iterator[WorldContext]:
         yield ctx
 
 
-class WorldRoute(APIRoute):
-    """Route class that runs each call under its world's lock and re-runs it on a database
-    conflict (parallel tool calls of one agent; see ``services.tools.mcp.serial``)."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        from services.tools.mcp.serial import run_world_call
-
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            return await run_world_call(request, handler)
-
-        return route
+# The management routes' class: lock, commit, retry; failures go to the service's handlers.
+WorldRoute = world_route()
 
 
 # scope="function": commit before the response goes out, so a client that gets an answer

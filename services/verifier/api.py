@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from services.verifier.bodies import KernelJobInput, SubmissionJobInput
+from services.verifier.bodies import KernelJobInput, SubmissionJobInput, WebJobInput
 from services.verifier.judges.grm import GRMRequest
 from services.verifier.judges.world import WorldJudgeRequest
 from services.verifier.kernel.spec import UnknownTask, load_task, task_names
@@ -54,12 +54,16 @@ def unprocessable(message: str, code: str = "unverifiable") -> APIError:
 
 class TaskList(BaseModel):
     kernel: list[str]
+    web: list[str]
     submission: list[str]
 
 
 @router.get("/verify/tasks", response_model=TaskList, operation_id="listVerifyTasks")
 def list_tasks() -> TaskList:
-    return TaskList(kernel=task_names(), submission=sorted(SUBMISSION_TASKS))
+    from services.verifier.web.spec import TASKS_DIR as WEB_TASKS
+
+    web = sorted(p.parent.name for p in WEB_TASKS.glob("*/task.yaml"))
+    return TaskList(kernel=task_names(), web=web, submission=sorted(SUBMISSION_TASKS))
 
 
 @router.post(
@@ -81,6 +85,24 @@ def verify_kernel_route(body: KernelJobInput, request: Request) -> JobView:
     except BadCandidate as exc:
         raise unprocessable(str(exc)) from None
     return _queue(request, "kernel", body)
+
+
+@router.post(
+    "/verify/web",
+    response_model=JobView,
+    status_code=202,
+    operation_id="verifyWeb",
+    responses=ERRORS,
+)
+def verify_web_route(body: WebJobInput, request: Request) -> JobView:
+    """Build and serve a web app in a sandbox, drive it with Chromium, compare with the reference."""
+    from services.verifier.web.spec import UnknownWebTask, load_web_task
+
+    try:
+        load_web_task(body.task)
+    except UnknownWebTask as exc:
+        raise APIError(404, "unknown_task", str(exc)) from None
+    return _queue(request, "web", body)
 
 
 @router.post(

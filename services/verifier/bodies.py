@@ -19,7 +19,7 @@ from services.verifier.judges.world import WorldJudgeRequest, judge_world
 from services.verifier.kernel.verify import MAX_CANDIDATE_BYTES, verify_kernel
 from services.verifier.models import SubmissionSessionRow
 from services.verifier.submission import session as sessions
-from shared.clients import ToolsClient
+from shared.clients import SandboxClient, ToolsClient
 from shared.jobs import JobFailed, JobRun
 from shared.llm import openai_client
 from shared.objectstore import make_object_store
@@ -71,6 +71,36 @@ class KernelJobInput(BaseModel):
         return root if len(self.files) > 1 else root / next(iter(self.files))
 
 
+class WebJobInput(BaseModel):
+    task: str = Field(min_length=1, max_length=100, description="Web task name.")
+    files: dict[str, str] = Field(
+        min_length=1, description="The app: relative path -> text content."
+    )
+    binary_files: dict[str, str] = Field(
+        default_factory=dict, description="Relative path -> base64 content (images…)."
+    )
+
+    @field_validator("files", "binary_files")
+    @classmethod
+    def _safe_paths(cls, files: dict[str, str]) -> dict[str, str]:
+        for name in files:
+            p = PurePosixPath(name)
+            if p.is_absolute() or ".." in p.parts or not name or "\x00" in name:
+                raise ValueError(f"file {name!r}: give a relative path without '..'")
+        return files
+
+    def write(self, root: Path) -> Path:
+        import base64
+
+        for name, text in self.files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        for name, data in self.binary_files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(base64.b64decode(data))
+        return root
+
+
 class SubmissionJobInput(BaseModel):
     session_id: str = Field(min_length=1, max_length=64)
     submission: dict[str, Any] | None = Field(
@@ -103,6 +133,25 @@ def kernel_job(job: JobRun) -> dict[str, Any]:
     artefacts["result.json"] = json.dumps(out).encode()
     out["artefacts"] = _store_artefacts(job.id, artefacts)
     out["checks"] = out["checks"][:200]
+    return out
+
+
+def web_job(job: JobRun) -> dict[str, Any]:
+    from services.verifier.web.verify import verify_web
+
+    spec = WebJobInput.model_validate(job.payload)
+    settings = get_settings()
+    job.progress(0.05, "building and serving the app in a sandbox")
+    with (
+        tempfile.TemporaryDirectory(prefix="k3s-web-") as tmp,
+        SandboxClient(settings.service("sandbox").base_url) as sandbox,
+    ):
+        result = verify_web(
+            spec.task, spec.write(Path(tmp)), sandbox, template=settings.verifier.web_template
+        )
+    out = result.model_dump(mode="json")
+    shots = {f"screenshots/{name}.png": png for name, png in result.screenshots.items()}
+    out["artefacts"] = _store_artefacts(job.id, {**shots, "result.json": json.dumps(out).encode()})
     return out
 
 

@@ -81,7 +81,9 @@ def kernel(
             except (BadCandidate, UnknownTask) as exc:
                 raise typer.BadParameter(str(exc)) from None
         else:
-            result = _remote(url, {"task": task, "files": files}, bar, tid, timeout)
+            result = _remote(
+                url, "/verify/kernel", {"task": task, "files": files}, bar, tid, timeout
+            )
         bar.update(tid, completed=1.0, description="done")
     if as_json:
         out.print_json(json.dumps(result))
@@ -91,12 +93,12 @@ def kernel(
 
 
 def _remote(
-    url: str | None, body: dict[str, Any], bar: Progress, tid: Any, timeout: float
+    url: str | None, route: str, body: dict[str, Any], bar: Progress, tid: Any, timeout: float
 ) -> dict[str, Any]:
     base = url or get_settings().service("verifier").base_url
     with ServiceClient(base) as client:
         try:
-            job = client.post_json("/verify/kernel", body)
+            job = client.post_json(route, body)
         except ServiceError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(2) from None
@@ -117,6 +119,57 @@ def _remote(
         )
         raise typer.Exit(2)
     return job["result"]
+
+
+@app.command("web")
+def web(
+    path: Annotated[
+        Path, typer.Argument(help="The app's directory (static files, build.sh or package.json).")
+    ],
+    task: Annotated[str, typer.Option("--task", help="Web task name (k3stack verify tasks).")],
+    url: Annotated[str | None, typer.Option(help="Verifier URL (default: from settings).")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole result as JSON.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the job.")] = 900.0,
+) -> None:
+    """Verify a web app on a task through the service; exit 0 when the reward is positive."""
+    import base64
+
+    if not path.is_dir():
+        raise typer.BadParameter(f"{path} is not a directory", param_hint="PATH")
+    files, binary = {}, {}
+    for p in sorted(q for q in path.rglob("*") if q.is_file()):
+        data = p.read_bytes()
+        try:
+            files[str(p.relative_to(path))] = data.decode()
+        except UnicodeDecodeError:
+            binary[str(p.relative_to(path))] = base64.b64encode(data).decode()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        console=err,
+    ) as bar:
+        tid = bar.add_task("queued", total=1.0)
+        result = _remote(
+            url,
+            "/verify/web",
+            {"task": task, "files": files, "binary_files": binary},
+            bar,
+            tid,
+            timeout,
+        )
+        bar.update(tid, completed=1.0, description="done")
+    if as_json:
+        out.print_json(json.dumps(result))
+    else:
+        out.print(f"[bold]reward {result.get('reward', 0):.3f}[/bold]  {result.get('reason', '')}")
+        for c in result.get("checks", []):
+            out.print(
+                f"  {'[green]pass[/green]' if c['passed'] else '[red]fail[/red]'} {c['name']} {c['detail']}"
+            )
+    raise typer.Exit(0 if result.get("reward", 0) > 0 else 1)
 
 
 @app.command("tasks")

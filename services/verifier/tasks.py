@@ -67,6 +67,7 @@ def echo_job(job: JobRun) -> dict:
 class VerifierTasks:
     echo: Task
     kernel: Task
+    web: Task
     submission: Task
     world: Task
     judge: Task
@@ -93,6 +94,7 @@ def register_tasks(app: Celery, store: JobStore) -> VerifierTasks:
     return VerifierTasks(
         echo=app.task(base=JobTask, name="verifier.echo", job_store=store)(echo_job),
         kernel=task("kernel", bodies.kernel_job),
+        web=task("web", bodies.web_job),
         submission=task("submission", submission_body),
         world=task("world", bodies.world_job),
         judge=task("judge", bodies.judge_job),

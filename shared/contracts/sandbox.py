@@ -17,7 +17,7 @@ callers need no translation.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -25,6 +25,9 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from shared.errors import Error
 
 __all__ = [
+    "ENVD_VERSION",
+    "MAX_TIMEOUT_S",
+    "NEVER",
     "Checkpoint",
     "ConnectSandbox",
     "EntryInfo",
@@ -53,6 +56,15 @@ __all__ = [
     "Template",
     "TemplateStep",
 ]
+
+ENVD_VERSION = "0.5.7"
+"""Reported as ``envdVersion``: the envd feature level served (see ``services/sandbox/api/envd.py``)."""
+
+NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+"""``endAt`` of a running sandbox without an idle timeout."""
+
+MAX_TIMEOUT_S = 7 * 24 * 3600
+"""Longest idle or command timeout any request may ask for (a week)."""
 
 RuntimeName = Literal["auto", "microvm", "firecracker", "process"]
 SandboxState = Literal["creating", "running", "paused", "killed", "error"]
@@ -106,7 +118,7 @@ class NewSandbox(BaseModel):
     timeout: int | None = Field(
         None,
         ge=0,
-        le=7 * 24 * 3600,
+        le=MAX_TIMEOUT_S,
         validation_alias=AliasChoices("timeout", "timeout_s"),
         description="Idle timeout in seconds; every use restarts it (0 = none; default "
         "K3STACK_SANDBOX__DEFAULT_TIMEOUT_S).",
@@ -145,8 +157,14 @@ class Sandbox(BaseModel):
     templateID: str
     sandboxID: str
     clientID: str = Field("k3stack", deprecated=True)
-    envdVersion: str = "k3stack-0.1"
+    envdVersion: str = Field(
+        ENVD_VERSION,
+        description="The envd feature level the data plane serves (E2B SDKs compare it).",
+    )
     domain: str | None = None
+    envdAccessToken: str | None = Field(
+        None, description="Opens this sandbox's envd data plane when auth is on (X-Access-Token)."
+    )
     runtime: str
     state: SandboxState
 
@@ -155,7 +173,10 @@ class SandboxDetail(Sandbox):
     """E2B's ``SandboxDetail`` / ``ListedSandbox`` plus what k3stack adds (snake_case)."""
 
     startedAt: datetime
-    endAt: datetime | None = Field(description="When the idle timeout fires (null: never).")
+    endAt: datetime = Field(
+        description="Running: when the idle timeout fires (9999-12-31T23:59:59Z: no timeout). "
+        "Paused or stopped: when it stopped running. Never null (E2B SDKs parse it)."
+    )
     cpuCount: int
     memoryMB: int
     diskSizeMB: int = 0
@@ -180,16 +201,22 @@ class SandboxDetail(Sandbox):
 
 
 class ResumedSandbox(BaseModel):
-    timeout: int | None = Field(None, ge=0, description="New idle timeout in seconds.")
+    timeout: int | None = Field(
+        None, ge=0, le=MAX_TIMEOUT_S, description="New idle timeout in seconds."
+    )
     autoPause: bool | None = None
 
 
 class ConnectSandbox(BaseModel):
-    timeout: int | None = Field(None, ge=0, description="New idle timeout in seconds.")
+    timeout: int | None = Field(
+        None, ge=0, le=MAX_TIMEOUT_S, description="New idle timeout in seconds."
+    )
 
 
 class SandboxTimeoutRequest(BaseModel):
-    timeout: int = Field(ge=0, description="Seconds from now until the sandbox times out.")
+    timeout: int = Field(
+        ge=0, le=MAX_TIMEOUT_S, description="Seconds from now until the sandbox times out."
+    )
 
 
 class SandboxRefreshRequest(BaseModel):
@@ -198,10 +225,13 @@ class SandboxRefreshRequest(BaseModel):
 
 class SandboxForkRequest(BaseModel):
     count: int = Field(
-        1, ge=1, description="Number of forks (at most K3STACK_SANDBOX__MAX_FORK_COUNT)."
+        1, ge=1, le=1000, description="Number of forks (at most K3STACK_SANDBOX__MAX_FORK_COUNT)."
     )
     timeout: int | None = Field(
-        None, ge=0, description="Idle timeout of the forks (default: the source's)."
+        None,
+        ge=0,
+        le=MAX_TIMEOUT_S,
+        description="Idle timeout of the forks (default: the source's).",
     )
     memory: bool = Field(
         True,
@@ -278,8 +308,10 @@ class ExecBody(BaseModel):
     cwd: str | None = Field(None, description="Working directory (default /home/user).")
     stdin: str | None = Field(None, description="Written to the process, then closed.")
     timeout_s: float = Field(
-        60.0, ge=0, validation_alias=AliasChoices("timeout_s", "timeout"),
-        description="Seconds; 0 = no limit.",
+        60.0, ge=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
+        validation_alias=AliasChoices("timeout_s", "timeout"),
+        description="Seconds; 0 = the longest allowed (K3STACK_SANDBOX__EXEC_MAX_TIMEOUT_S, "
+        "which also caps larger values: 400).",
     )  # fmt: skip
     background: bool = Field(
         False,
@@ -293,6 +325,10 @@ class ExecOutput(BaseModel):
     stdout: str
     stderr: str
     timed_out: bool
+    truncated: bool = Field(
+        False,
+        description="Output past K3STACK_SANDBOX__EXEC_MAX_OUTPUT_BYTES per stream was dropped.",
+    )
     pid: int | None = None
     duration_ms: float
 
@@ -307,6 +343,7 @@ class ExecStreamEvent(BaseModel):
     pid: int | None = None
     exit_code: int | None = None
     timed_out: bool = False
+    truncated: bool = False
 
 
 class EntryInfo(BaseModel):

@@ -56,10 +56,9 @@ def tools_server_pgid(tools_server: Any) -> int:
 
 @pytest.fixture
 def orch_db(tmp_path: Path) -> Iterator[Any]:
-    from services.orchestrator.app import MIGRATIONS
-    from shared.db import ServiceDatabase
+    from services.orchestrator.db import open_database
 
-    db = ServiceDatabase("orchestrator", f"sqlite:///{tmp_path}/orchestrator.db", MIGRATIONS)
+    db = open_database(f"sqlite:///{tmp_path}/orchestrator.db")
     db.migrate()
     yield db
     db.close()

@@ -200,6 +200,74 @@ def test_bad_input(proc):
     assert c.post(f"/sandboxes/{sid}/resume").status_code == 409
 
 
+def test_unbounded_numbers_are_4xx_never_5xx(proc):
+    c = proc.client
+    sid = create(c)
+    huge = 1e30
+    cases = [
+        ("post", f"/sandboxes/{sid}/timeout", {"json": {"timeout": huge}}),
+        ("post", f"/sandboxes/{sid}/connect", {"json": {"timeout": huge}}),
+        (
+            "post",
+            f"/sandboxes/{sid}/fork",
+            {"json": {"count": 1, "timeout": huge, "memory": False}},
+        ),
+        ("post", f"/sandboxes/{sid}/fork", {"json": {"count": 10**12, "memory": False}}),
+        ("post", f"/sandboxes/{sid}/resume", {"json": {"timeout": huge}}),
+        ("post", f"/sandboxes/{sid}/exec", {"json": {"cmd": "true", "timeout_s": 1e18}}),
+        ("post", f"/sandboxes/{sid}/exec", {"json": {"cmd": "true", "timeout_s": 10**6}}),
+        ("post", "/gc", {"params": {"grace_s": "1e400"}}),
+        ("post", "/gc", {"params": {"grace_s": "nan"}}),
+        ("post", "/sandboxes", {"json": {"timeout": huge}}),
+        ("get", f"/sandboxes/{sid}/ports/99999999999", {}),
+    ]
+    for method, url, kw in cases:
+        r = getattr(c, method)(url, **kw)
+        assert 400 <= r.status_code < 500, (url, kw, r.status_code, r.text)
+        assert r.json()["message"], (url, r.text)
+    assert sh(c, sid, "echo still fine")["stdout"] == "still fine\n"
+
+
+def test_guest_calls_have_their_own_bounded_pool(service):
+    """Exec calls that hang on their guests fill only their own pool: the next one gets 429
+    at once, every other route keeps answering."""
+    import threading
+
+    svc = service("process", guest_call_limit=2)
+    c = svc.client
+    sid = create(c)
+    results: list[tuple[int, int | None]] = []
+
+    def hang() -> None:
+        cmd = "while [ ! -e /home/user/go ]; do sleep 0.05; done"
+        r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": cmd, "timeout_s": 600})
+        results.append((r.status_code, r.json().get("exit_code")))
+
+    threads = [threading.Thread(target=hang) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        pool = c.app.state.guest_calls.limiter  # type: ignore[attr-defined]
+        eventually(lambda: pool.borrowed_tokens, lambda n: n == 2, what="both calls in flight")
+        r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "true"})
+        assert r.status_code == 429, r.text
+        assert "GUEST_CALL_LIMIT" in r.json()["message"]
+        assert c.get("/sandboxes").status_code == 200  # lifecycle and listing unaffected
+        assert c.get(f"/sandboxes/{sid}").status_code == 200
+        assert c.get("/health").status_code == 200
+    finally:
+        r = c.post(f"/sandboxes/{sid}/checkpoints")  # not a guest call: still served
+        assert r.status_code == 201, r.text
+        # release the hung calls behind the API's back (every API guest call would get 429)
+        svc.manager.runtimes["process"].write_file(
+            svc.manager.live_handle(sid), "/home/user/go", b"1"
+        )
+        for t in threads:
+            t.join(300)
+    assert results == [(200, 0), (200, 0)]
+    assert sh(c, sid, "echo free again")["stdout"] == "free again\n"
+
+
 @pytest.mark.parametrize("sse", [False, True], ids=["ndjson", "sse"])
 def test_streaming_exec(proc, sse):
     c = proc.client

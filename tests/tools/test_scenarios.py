@@ -153,18 +153,39 @@ def test_broad_agents_trip_the_budgets_and_leak_checks(tools_client) -> None:
 
 
 def test_reads_never_change_a_world(tools_client) -> None:
-    """Reading every app of a world that never set them up inserts and updates nothing."""
+    """Reading every app, through MCP and through the REST routes (Slack's and Notion's
+    POST reads included), of a world that never set them up changes nothing."""
     from services.tools.events.marks import agent_changes
 
     db = tools_client.app.state.db
     for scenario in ("empty", "legal_contracts"):
-        driver = LocalDriver.create(db, scenario, 0)
-        before = tools_client.get(f"/worlds/{driver.world_id}/state").json()["state_hash"]
+        w = create_world(tools_client, scenario, 0)
+        driver = LocalDriver(db, w.id)
+        before = tools_client.get(f"/worlds/{w.id}/state").json()["full_hash"]
         AGENTS["read_only"](Inbox(driver, "x@y.test"))
+        base = f"/worlds/{w.id}"
+        for method, path, body in [
+            ("GET", "/gmail/v1/users/me/profile", None),
+            ("GET", "/gmail/v1/users/me/labels", None),
+            ("GET", "/calendar/v3/users/me/calendarList", None),
+            ("GET", "/calendar/v3/calendars/primary/events", None),
+            ("POST", "/notion/v1/search", {}),
+            ("GET", "/notion/v1/users", None),
+            ("POST", "/slack/api/conversations.list", None),
+            ("POST", "/slack/api/users.list", None),
+            ("POST", "/slack/api/auth.test", None),
+        ]:
+            resp = tools_client.request(
+                method,
+                base + path,
+                headers={**w.auth, "Notion-Version": "2022-06-28"},
+                json=body,
+            )
+            assert resp.status_code == 200, (path, resp.text)
         with db.session() as s:
-            assert agent_changes(s, driver.world_id) == {}
-        after = tools_client.get(f"/worlds/{driver.world_id}/state").json()["state_hash"]
-        assert after == before
+            assert agent_changes(s, w.id) == {}
+        after = tools_client.get(f"/worlds/{w.id}/state").json()["full_hash"]
+        assert after == before, scenario
 
 
 def test_oracle_over_http_and_its_replayable_plan(tools_client) -> None:

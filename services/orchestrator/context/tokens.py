@@ -19,10 +19,24 @@ class TokenCounter(Protocol):
 
 
 class ApproxTokenCounter:
+    """Sizes are memoised per message object (messages are never edited in place once in the
+    context; compaction builds new ones), so counting a growing context stays cheap."""
+
     name = "approx-4-chars"
 
+    def __init__(self) -> None:
+        self._sizes: dict[int, tuple[Any, int]] = {}
+
+    def _size(self, value: Any) -> int:
+        hit = self._sizes.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        n = len(json.dumps(value, ensure_ascii=False))
+        self._sizes[id(value)] = (value, n)
+        return n
+
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        size = sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
+        size = sum(self._size(m) for m in messages)
         size += len(json.dumps(tools)) if tools else 0
         return size // 4 + 1
 

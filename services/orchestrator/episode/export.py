@@ -38,7 +38,6 @@ def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
             "reward": row.reward,
             "result": row.result,
             "usage": state.get("usage"),
-            "state": {"tool_specs": state.get("tool_specs")},
             "error_message": row.error_message,
             "segments": state.get("segment", 0) + 1,
             "items": [
@@ -58,8 +57,10 @@ def write_artifacts(db: Any, svc: Any, episode_id: str) -> str | None:
     """Trajectory JSON and HTML report side by side; returns the prefix they live under."""
     from services.orchestrator.report import render_report
 
+    if svc.objects is None:
+        return None
     doc = trajectory(db, episode_id)
-    if doc is None or svc.objects is None:
+    if doc is None:
         return None
     prefix = f"orchestrator/episodes/{episode_id}"
     svc.objects.put(f"{prefix}/trajectory.json", to_shared(doc).to_json().encode())
@@ -84,11 +85,8 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
     from shared.chat import ChatMessage, ToolDefinition, Usage
     from shared.trajectory import EventResult, Generation, Trajectory
 
-    state = doc.get("state") or {}
-    traj = Trajectory(
-        id=doc["episode_id"],
-        tools=[ToolDefinition.model_validate(t) for t in state.get("tool_specs") or []],
-    )
+    specs = next((i["tools"] for i in doc["items"] if i["kind"] == "tools"), [])
+    traj = Trajectory(id=doc["episode_id"], tools=[ToolDefinition.model_validate(t) for t in specs])
     task = doc.get("task") or {}
     meta = traj.metadata
     meta.harness, meta.task, meta.seed = doc.get("harness"), task.get("scenario"), task.get("seed")

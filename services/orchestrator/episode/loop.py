@@ -120,10 +120,14 @@ class Loop:
         self.rt = rt
         self.s = state
         self.emit = emit
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         rt.ctx.scratch = state["scratch"]
 
     @property
     def done(self) -> bool:
+        if self.s["phase"] != "loop" and self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
         return self.s["phase"] != "loop"
 
     # -- the tick ---------------------------------------------------------------------------
@@ -139,6 +143,7 @@ class Loop:
         s = self.s
         if s["pending_index"] < len(s["pending"]):
             self._execute_next()
+            self._run_local_calls()
             return
         if s["turn_ended"]:
             self._end_turn()
@@ -157,6 +162,18 @@ class Loop:
             self._compact()
             return
         self._call_model()
+        self._run_local_calls()
+
+    def _run_local_calls(self) -> None:
+        """Run the pending calls that touch nothing outside the episode in this same tick:
+        redoing them after a crash is harmless, so they need no commit of their own. A call
+        with effects is left for its own tick, after the turn that asked for it is stored."""
+        s = self.s
+        while s["pending_index"] < len(s["pending"]):
+            tool = self.rt.tools.get(s["pending"][s["pending_index"]]["name"])
+            if tool is not None and tool.effect in ("world", "sandbox"):
+                return
+            self._execute_next()
 
     def finish(self, reason: str) -> None:
         self.s["exit_reason"] = reason
@@ -284,19 +301,29 @@ class Loop:
         return observation, is_error, False
 
     def _run(self, tool: Tool, args: dict[str, Any]) -> tuple[str, bool, bool]:
+        """Run on the loop's tool thread, so a call that hangs times out (the stuck thread is
+        then abandoned and the next call gets a fresh one); state tools run inline."""
         timeout = self.rt.harness.budgets.tool_timeout_s
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        future = pool.submit(tool.run, self.rt.ctx, args)
+        if tool.effect == "state":  # the episode's own state (todos, memory): no I/O to wait on
+            try:
+                return str(tool.run(self.rt.ctx, args)), False, False
+            except ToolFailure as exc:
+                return f"Error: {exc}", True, False
+            except Exception as exc:  # noqa: BLE001 - any tool failure is an observation
+                return f"Error: {tool.name} failed: {type(exc).__name__}: {exc}", True, False
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tool")
+        future = self._pool.submit(tool.run, self.rt.ctx, args)
         try:
             return str(future.result(timeout=timeout)), False, False
         except concurrent.futures.TimeoutError:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
             return f"Error: {tool.name} timed out after {timeout:g} s", True, False
         except ToolFailure as exc:
             return f"Error: {exc}", True, False
         except Exception as exc:  # noqa: BLE001 - any tool failure is an observation
             return f"Error: {tool.name} failed: {type(exc).__name__}: {exc}", True, False
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- clock --------------------------------------------------------------------------------
 

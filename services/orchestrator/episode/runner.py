@@ -103,6 +103,19 @@ class EpisodeCancelled(Exception):
     pass
 
 
+def persisted(state: dict[str, Any]) -> dict[str, Any]:
+    """The state as stored: everything but the context (the trajectory holds that)."""
+    return {k: v for k, v in state.items() if k != "messages"}
+
+
+def context_from_items(db: Any, episode_id: str) -> list[dict[str, Any]]:
+    """The context the next model call sends, replayed from the trajectory's items."""
+    from services.orchestrator.episode.export import to_shared, trajectory
+
+    doc = trajectory(db, episode_id)
+    return [m.model_dump(mode="json", exclude_none=True) for m in to_shared(doc).context()]
+
+
 class EpisodeRunner:
     def __init__(self, db: Any, services: Services, episode_id: str, policy: Any = None) -> None:
         self.db = db
@@ -111,6 +124,8 @@ class EpisodeRunner:
         self.worker = worker_name()
         self.policy_override = policy
         self.items: list[tuple[str, dict[str, Any]]] = []
+        self.seq: int | None = None
+        self.max_steps = 1
         self.lease_s = getattr(getattr(services.settings, "orchestrator", None), "lease_s", LEASE_S)
         self._beating = threading.Event()
 
@@ -159,10 +174,13 @@ class EpisodeRunner:
                 setattr(harness.budgets, k, v)
             if not state:
                 state = self._setup(request, harness)
+            else:  # resuming: the context is the trajectory's, replayed
+                state["messages"] = context_from_items(self.db, self.id)
             rt = self._runtime(request, harness, state)
             loop = Loop(rt, state, self._emit)
+            self.max_steps = harness.budgets.max_steps
+            self._persist(state)  # the runtime's one-time items; a cancel stops here
             while not loop.done:
-                self._check_cancel()
                 loop.tick()
                 self._persist(state)
             self._score_and_finish(request, rt, state)
@@ -179,18 +197,23 @@ class EpisodeRunner:
         self.items.append((kind, body))
 
     def _persist(self, state: dict[str, Any]) -> None:
+        """One transaction per tick: the new trajectory items, the state (counters, cursor,
+        pending calls; the context itself is rebuilt from the items on resume), the lease.
+        Raises :class:`EpisodeCancelled` once a cancel was requested."""
         now = now_utc()
         with self.db.session() as s:
             row = s.get(EpisodeRow, self.id)
             if row.worker != self.worker:
                 raise RuntimeError("lease lost to another worker")
-            last = s.scalars(
-                select(TrajectoryItemRow.seq)
-                .where(TrajectoryItemRow.episode_id == self.id)
-                .order_by(TrajectoryItemRow.seq.desc())
-                .limit(1)
-            ).first()
-            seq = (last or 0) + 1
+            if self.seq is None:
+                last = s.scalars(
+                    select(TrajectoryItemRow.seq)
+                    .where(TrajectoryItemRow.episode_id == self.id)
+                    .order_by(TrajectoryItemRow.seq.desc())
+                    .limit(1)
+                ).first()
+                self.seq = last or 0
+            seq = self.seq + 1
             for kind, body in self.items:
                 s.add(
                     TrajectoryItemRow(
@@ -199,18 +222,15 @@ class EpisodeRunner:
                     )
                 )  # fmt: skip
                 seq += 1
+            self.seq = seq - 1
             self.items.clear()
-            row.state = json.loads(json.dumps(state, default=str))
+            row.state = json.loads(json.dumps(persisted(state), default=str))
             row.lease_expires_at = now + timedelta(seconds=self.lease_s)
             row.updated_at = now
-            budget = max(1, int(state.get("max_steps", 0) or 1))
-            row.progress = min(1.0, state.get("step", 0) / budget)
-
-    def _check_cancel(self) -> None:
-        with self.db.session() as s:
-            row = s.get(EpisodeRow, self.id)
-            if row.cancel_requested:
-                raise EpisodeCancelled()
+            row.progress = min(1.0, state.get("step", 0) / max(1, self.max_steps))
+            cancelled = row.cancel_requested
+        if cancelled and state.get("phase") == "loop":
+            raise EpisodeCancelled()
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -288,7 +308,9 @@ class EpisodeRunner:
                 end=datetime.fromisoformat(scenario["end"]),
                 start=datetime.fromisoformat(scenario["start"]),
             )  # fmt: skip
-        state["tool_specs"] = tools.specs()
+        if not state.get("tools_recorded"):
+            self._emit("tools", {"tools": tools.specs()})
+            state["tools_recorded"] = True
         policy = self.policy_override or self._policy(request, world)
         if hasattr(policy, "sections"):
             policy.sections = list(harness.context.summary_sections)
@@ -333,15 +355,15 @@ class EpisodeRunner:
         return wanted[0].get("max_model_len") if wanted else None
 
     def _counter(self, request: EpisodeCreate) -> Any:
-        if request.policy.kind == "openai" and request.policy.base_url is None:
+        """The model service's tokenizer when the policy is the model service (or the oracle,
+        which has no tokenizer of its own) and it answers; else the named approximation."""
+        if request.policy.kind == "openai" and request.policy.base_url is not None:
+            return ApproxTokenCounter()
+        try:
+            self.svc.model.post_json("/v1/tokenize", {"prompt": "probe"})
             return ModelTokenCounter(self.svc.model)
-        if request.policy.kind == "oracle":
-            try:
-                self.svc.model.post_json("/v1/tokenize", {"prompt": "probe"})
-                return ModelTokenCounter(self.svc.model)
-            except Exception:  # noqa: BLE001 - no model service: the approximation, named
-                return ApproxTokenCounter()
-        return ApproxTokenCounter()
+        except Exception:  # noqa: BLE001 - cannot count there: the approximation, named
+            return ApproxTokenCounter()
 
     # -- finish --------------------------------------------------------------------------------
 

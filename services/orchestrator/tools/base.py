@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+# none: reads only; state: the episode's own state; sandbox / world: side effects outside the
+# episode (journalled under an idempotency key; subagents count as world: their calls do)
 Effect = Literal["none", "sandbox", "world", "state"]
 
 

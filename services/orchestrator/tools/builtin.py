@@ -305,7 +305,7 @@ class AgentArgs(Args):
     subagent_type: str
 
 
-@builtin("Agent", AgentArgs, effect="state")
+@builtin("Agent", AgentArgs, effect="world")
 def agent(ctx: ToolContext, a: dict[str, Any]) -> str:
     """Launches a sub-agent to handle a task on its own and returns its report."""
     return _delegate(ctx, a["subagent_type"], a["prompt"])
@@ -382,7 +382,7 @@ class SpawnAgentArgs(Args):
     agent_type: str | None = None
 
 
-@builtin("spawn_agent", SpawnAgentArgs, effect="state")
+@builtin("spawn_agent", SpawnAgentArgs, effect="world")
 def spawn_agent(ctx: ToolContext, a: dict[str, Any]) -> str:
     """Spawns a sub-agent with a task message and returns its final answer."""
     return _delegate(ctx, a.get("agent_type") or "default", a["message"])
@@ -476,7 +476,7 @@ class KimiAgentArgs(Args):
     resume: str | None = None
 
 
-@builtin("Agent@kimi", KimiAgentArgs, effect="state", name="Agent")
+@builtin("Agent@kimi", KimiAgentArgs, effect="world", name="Agent")
 def kimi_agent(ctx: ToolContext, a: dict[str, Any]) -> str:
     """Delegates a task to a sub-agent (coder, explore, plan) and returns its result."""
     return _delegate(ctx, a["subagent_type"], a["prompt"])
@@ -543,7 +543,7 @@ class SpawnArgs(Args):
     agentId: str | None = None  # noqa: N815
 
 
-@builtin("sessions_spawn", SpawnArgs, effect="state")
+@builtin("sessions_spawn", SpawnArgs, effect="world")
 def sessions_spawn(ctx: ToolContext, a: dict[str, Any]) -> str:
     """Spawns a sub-agent session for a task and returns its result."""
     return _delegate(ctx, a.get("agentId") or "default", a["task"])
@@ -721,7 +721,7 @@ class DelegateArgs(Args):
     toolsets: list[str] | None = None
 
 
-@builtin("delegate_task", DelegateArgs, effect="state")
+@builtin("delegate_task", DelegateArgs, effect="world")
 def delegate_task(ctx: ToolContext, a: dict[str, Any]) -> str:
     """Delegates a goal to a sub-agent and returns its summary."""
     prompt = a["goal"] + (f"\n\nContext:\n{a['context']}" if a.get("context") else "")

@@ -10,12 +10,15 @@ serialises what must be serialised per sandbox.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
+import anyio.from_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from services.sandbox.api.envd import access_token
+from services.sandbox.api.guestcalls import GuestCalls
 from services.sandbox.api.schemas import (
     Checkpoint,
     ConnectSandbox,
@@ -54,6 +57,7 @@ ERRORS_409 = {
 ERRORS_FILES = {
     **ERRORS_409,
     400: {**_E, "description": "Bad request or a path escaping the guest root"},
+    429: {**_E, "description": "Too many exec/file calls in flight (guest_call_limit)"},
 }
 
 
@@ -61,7 +65,18 @@ def get_manager(request: Request) -> SandboxManager:
     return request.app.state.manager
 
 
+def get_guest_calls(request: Request) -> GuestCalls:
+    return request.app.state.guest_calls
+
+
+def _tokened(request: Request, sandbox: Sandbox) -> Sandbox:
+    """The sandbox with its envd access token (set when auth is on)."""
+    sandbox.envdAccessToken = access_token(request.app.state.settings, sandbox.sandboxID)
+    return sandbox
+
+
 Manager = Annotated[SandboxManager, Depends(get_manager)]
+Calls = Annotated[GuestCalls, Depends(get_guest_calls)]
 PathQuery = Annotated[str, Query(description="Guest path; relative paths are under /home/user.")]
 
 
@@ -80,9 +95,17 @@ def list_runtimes(m: Manager) -> list[RuntimeInfo]:
 
 @router.post("/sandboxes", response_model=Sandbox, status_code=201, operation_id="createSandbox",
              tags=["sandboxes"], responses={**ERRORS_409, 503: {**_E, "description": "Runtime unavailable"}})  # fmt: skip
-def create_sandbox(body: NewSandbox, m: Manager) -> Sandbox:
+def create_sandbox(body: NewSandbox, m: Manager, request: Request) -> Sandbox:
     """Boot a sandbox from a template; returns once its guest agent answers."""
-    return m.create(body)
+    return _tokened(request, m.create(body))
+
+
+@router.post("/v2/sandboxes", response_model=Sandbox, status_code=201,
+             operation_id="createSandboxV2", tags=["sandboxes"],
+             responses={**ERRORS_409, 503: {**_E, "description": "Runtime unavailable"}})  # fmt: skip
+def create_sandbox_v2(body: NewSandbox, m: Manager, request: Request) -> Sandbox:
+    """E2B v2 path of create (what current E2B SDKs call); fields E2B adds are ignored."""
+    return _tokened(request, m.create(body))
 
 
 def _parse_metadata(metadata: str | None) -> dict[str, str] | None:
@@ -151,10 +174,15 @@ def pause_sandbox(sandboxID: str, m: Manager) -> Response:  # noqa: N803
 
 @router.post("/sandboxes/{sandboxID}/resume", response_model=Sandbox, status_code=201,
              operation_id="resumeSandbox", tags=["sandboxes"], responses=ERRORS_409)  # fmt: skip
-def resume_sandbox(sandboxID: str, m: Manager, body: ResumedSandbox | None = None) -> Sandbox:  # noqa: N803
+def resume_sandbox(
+    sandboxID: str,  # noqa: N803
+    m: Manager,
+    request: Request,
+    body: ResumedSandbox | None = None,
+) -> Sandbox:
     """Restore the paused sandbox from its head checkpoint. 409 unless paused."""
     body = body or ResumedSandbox()
-    return m.resume(sandboxID, body.timeout, body.autoPause)
+    return _tokened(request, m.resume(sandboxID, body.timeout, body.autoPause))
 
 
 @router.post("/sandboxes/{sandboxID}/connect", response_model=Sandbox, operation_id="connectSandbox",
@@ -163,12 +191,29 @@ def connect_sandbox(
     sandboxID: str,
     m: Manager,
     response: Response,
+    request: Request,
     body: ConnectSandbox | None = None,  # noqa: N803
 ) -> Sandbox:
     """The sandbox, resumed first if paused (201), else as it is (200); the timeout only grows."""
     sandbox, resumed = m.connect(sandboxID, (body or ConnectSandbox()).timeout)
     response.status_code = 201 if resumed else 200
-    return sandbox
+    return _tokened(request, sandbox)
+
+
+@router.post("/v2/sandboxes/{sandboxID}/connect", response_model=Sandbox,
+             operation_id="connectSandboxV2", tags=["sandboxes"],
+             responses={**ERRORS_409, 201: {"model": Sandbox, "description": "Resumed"}})  # fmt: skip
+def connect_sandbox_v2(
+    sandboxID: str,  # noqa: N803
+    m: Manager,
+    response: Response,
+    request: Request,
+    body: ConnectSandbox | None = None,
+) -> Sandbox:
+    """E2B v2 path of connect."""
+    sandbox, resumed = m.connect(sandboxID, (body or ConnectSandbox()).timeout)
+    response.status_code = 201 if resumed else 200
+    return _tokened(request, sandbox)
 
 
 @router.post("/sandboxes/{sandboxID}/timeout", status_code=204, operation_id="setSandboxTimeout",
@@ -264,9 +309,10 @@ def restore_sandbox(sandboxID: str, body: RestoreRequest, m: Manager) -> Sandbox
 
 @router.post("/sandboxes/{sandboxID}/exec", response_model=ExecOutput, operation_id="execCommand",
              tags=["exec"], responses=ERRORS_FILES)  # fmt: skip
-def exec_command(sandboxID: str, body: ExecBody, m: Manager) -> ExecOutput:  # noqa: N803
-    """Run a command to completion (or start it with ``background``). 409 unless running."""
-    return m.exec(sandboxID, body)
+async def exec_command(sandboxID: str, body: ExecBody, m: Manager, calls: Calls) -> ExecOutput:  # noqa: N803
+    """Run a command to completion (or start it with ``background``). 409 unless running;
+    429 when K3STACK_SANDBOX__GUEST_CALL_LIMIT calls are in flight."""
+    return await calls.run(m.exec, sandboxID, body)
 
 
 @router.post(
@@ -285,16 +331,16 @@ def exec_command(sandboxID: str, body: ExecBody, m: Manager) -> ExecOutput:  # n
     },
     response_class=StreamingResponse,
 )  # fmt: skip
-def exec_command_stream(
-    sandboxID: str, body: ExecBody, m: Manager, request: Request
+async def exec_command_stream(
+    sandboxID: str, body: ExecBody, m: Manager, calls: Calls, request: Request
 ) -> StreamingResponse:  # noqa: N803
     """Run a command, streaming ``start``, ``stdout``/``stderr`` chunks and ``exit`` as they
     happen: NDJSON by default, Server-Sent Events when the client accepts text/event-stream."""
-    events = m.exec_stream(sandboxID, body)
+    events = calls.admit_stream(await calls.run(m.exec_stream, sandboxID, body))
     sse = "text/event-stream" in request.headers.get("accept", "")
 
-    def body_iter() -> Iterator[bytes]:
-        for ev in events:
+    async def body_iter() -> AsyncIterator[bytes]:
+        async for ev in events:
             line = json.dumps(ev.model_dump(), separators=(",", ":"))
             yield f"event: {ev.kind}\ndata: {line}\n\n".encode() if sse else line.encode() + b"\n"
 
@@ -305,26 +351,27 @@ def exec_command_stream(
 
 @router.post("/sandboxes/{sandboxID}/processes/{pid}/signal", status_code=204,
              operation_id="signalProcess", tags=["exec"], responses=ERRORS_FILES)  # fmt: skip
-def signal_process(
-    sandboxID: str, pid: int, m: Manager, body: SignalRequest | None = None
+async def signal_process(
+    sandboxID: str, pid: int, m: Manager, calls: Calls, body: SignalRequest | None = None
 ) -> Response:  # noqa: N803
     """Send a signal (default SIGTERM) to a guest process and its process group."""
-    m.kill_process(sandboxID, pid, (body or SignalRequest()).signal)
+    await calls.run(m.kill_process, sandboxID, pid, (body or SignalRequest()).signal)
     return Response(status_code=204)
 
 
 @router.get("/sandboxes/{sandboxID}/ports/{port}", response_model=PortForward,
-            operation_id="getSandboxHost", tags=["exec"], responses=ERRORS_409)  # fmt: skip
-def get_sandbox_host(
+            operation_id="getSandboxHost", tags=["exec"], responses=ERRORS_FILES)  # fmt: skip
+async def get_sandbox_host(
     sandboxID: str,  # noqa: N803
     port: Annotated[int, Path(ge=1, le=65535, description="Guest TCP port.")],
     m: Manager,
+    calls: Calls,
 ) -> PortForward:
     """A loopback ``host:port`` on the service host that forwards TCP to ``port`` in the guest
     (E2B's ``get_host``): serve a web app in the sandbox, open it from the host. The guest
     server must listen on 0.0.0.0. microvm sandboxes need a network device: create them with
     ``network: {"mode": "allowlist", "allow": []}`` (409 otherwise). 409 unless running."""
-    return m.expose_port(sandboxID, port)
+    return await calls.run(m.expose_port, sandboxID, port)
 
 
 # ------------------------------------------------------------------ files
@@ -335,10 +382,14 @@ def get_sandbox_host(
     operation_id="readFile",
     tags=["files"],
     response_class=Response,
-    responses={**ERRORS_FILES, 200: {"content": {"application/octet-stream": {}}, "description": "File contents"}},
+    responses={**ERRORS_FILES, 413: {**_E, "description": "File larger than the limit"},
+               200: {"content": {"application/octet-stream": {}}, "description": "File contents"}},
 )  # fmt: skip
-def read_file(sandboxID: str, path: PathQuery, m: Manager) -> Response:  # noqa: N803
-    return Response(m.read_file(sandboxID, path), media_type="application/octet-stream")
+async def read_file(sandboxID: str, path: PathQuery, m: Manager, calls: Calls) -> Response:  # noqa: N803
+    """A guest file's contents; 413 when it is larger than K3STACK_SANDBOX__MAX_UPLOAD_BYTES
+    (a file that never ends, like /dev/zero, is cut there)."""
+    data = await calls.run(m.read_file, sandboxID, path)
+    return Response(data, media_type="application/octet-stream")
 
 
 @router.put(
@@ -354,26 +405,34 @@ async def write_file(
     path: PathQuery,
     request: Request,
     m: Manager,
+    calls: Calls,
     mode: Annotated[str, Query(pattern=r"^[0-7]{3,4}$", description="Octal permissions.")] = "644",
 ) -> EntryInfo:
     """Create or replace a guest file with the raw request body (parents are created).
     413 past K3STACK_SANDBOX__MAX_UPLOAD_BYTES, checked before the body is read when the
-    client says its length, and while reading otherwise."""
-    from starlette.concurrency import run_in_threadpool
-
+    client says its length, and while reading otherwise. The body is streamed to the guest
+    as it arrives (the file appears only once complete)."""
     limit = m.settings.max_upload_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise APIError(413, "too_large", f"upload of {declared} bytes is over the limit of {limit}")
-    chunks: list[bytes] = []
+    body = request.stream().__aiter__()
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(413, "too_large", f"upload is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    data = b"".join(chunks)
-    return await run_in_threadpool(m.write_file, sandboxID, path, data, int(mode, 8))
+
+    def chunks() -> Iterator[bytes]:
+        """The body, pulled from the event loop by the worker thread writing it."""
+        nonlocal size
+        while True:
+            try:
+                chunk = anyio.from_thread.run(body.__anext__)
+            except StopAsyncIteration:
+                return
+            size += len(chunk)
+            if size > limit:
+                raise APIError(413, "too_large", f"upload is over the limit of {limit} bytes")
+            yield chunk
+
+    return await calls.run(m.write_file_stream, sandboxID, path, chunks(), int(mode, 8))
 
 
 @router.delete("/sandboxes/{sandboxID}/files", status_code=204, operation_id="removeFile",
@@ -444,7 +503,10 @@ def collect_garbage(
     grace_s: Annotated[
         float | None,
         Query(
-            ge=0, description="Keep unreferenced objects younger than this (default gc_grace_s)."
+            ge=0,
+            le=10 * 365 * 24 * 3600,
+            allow_inf_nan=False,
+            description="Keep unreferenced objects younger than this (default gc_grace_s).",
         ),
     ] = None,
 ) -> GCReport:

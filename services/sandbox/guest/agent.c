@@ -15,8 +15,13 @@
  *   P ping                                K
  *   X exec    a=argv.. e=K=V.. c=cwd      S p=pid, then O/E raw chunks, then Z x=exit [T=1]
  *             i=stdin t=timeout_ms b=1    (background: S only; output to /tmp/.k3s/bg-PID.*)
- *   R read    f=path                      D raw contents
+ *             o=max output bytes          [C=1]: output past o bytes per stream was dropped
+ *   R read    f=path [n=limit]            D raw chunks (<= 1 MiB each).., then K s=size;
+ *                                         F EFBIG once more than limit bytes were read
  *   W write   f=path m=mode(octal) d=data K E=entry
+ *   W write   f=path m=mode z=1 (stream)  nothing yet (F at once if the file cannot be made)
+ *   A append  raw chunk (same id as W)    nothing
+ *   C commit  (same id as W) [x=1: abort] K E=entry, or F (the first error of the upload)
  *   L list    f=path                      K E=entry ...
  *   T stat    f=path                      K E=entry
  *   U remove  f=path [r=1]                K
@@ -24,6 +29,13 @@
  *   any failure                           F n=errno m=message
  *
  *   entry = "<mode octal> <size> <mtime sec.nsec> <d|f|l|o> <name>"
+ *
+ * Limits (guest side; the host enforces its own as well): in a VM (not with fd:N) the agent
+ * mounts cgroup2 and runs every command in its own cgroup k3s-user/eN (killed whole at its
+ * timeout) under /sys/fs/cgroup/k3s-user (pids.max from k3s.pids_max=
+ * on the kernel command line, default 1024; memory.max = RAM minus a reserve; cpu.weight 100)
+ * while it sits in k3s-agent (cpu.weight 10000) with oom_score_adj -1000: a fork bomb or a
+ * memory hog in a command cannot starve, OOM-kill or out-fork the agent.
  *
  * Surviving checkpoint/restore: the agent keeps no host connection state. When the host side
  * of the port goes away (read returns 0 / POLLHUP) it drops any half-read request and polls
@@ -42,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -51,11 +64,16 @@
 #include <unistd.h>
 
 #define MAGIC 0x4B334147u
-#define VERSION "1"
+#define VERSION "2"
 #define MAX_FRAME (1u << 30)
 #define MAX_EXECS 256
 #define CHUNK 65536
 #define BG_DIR "/tmp/.k3s"
+#define READ_CHUNK (1u << 20)
+#define MAX_UPLOADS 16
+#define CG "/sys/fs/cgroup"
+#define CG_USER CG "/k3s-user"
+#define CG_AGENT CG "/k3s-agent"
 
 extern char **environ;
 
@@ -227,6 +245,30 @@ static void do_read(uint32_t id) {
     if (fd < 0) { send_fail(id, errno, "read", path); return; }
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) { close(fd); send_fail(id, EISDIR, "read", path); return; }
+    field_t *lim = field('n');
+    if (lim) { /* streamed: chunks as they are read, never more than limit + 1 bytes */
+        unsigned long long limit = strtoull((const char *)lim->val, NULL, 10), total = 0;
+        if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > limit) {
+            close(fd); send_fail(id, EFBIG, "read", path); return;
+        }
+        unsigned char *chunk = malloc(READ_CHUNK);
+        size_t have = 0;
+        for (;;) {
+            ssize_t n = read(fd, chunk + have, READ_CHUNK - have);
+            if (n < 0) { if (errno == EINTR) continue; int e = errno; close(fd); free(chunk); send_fail(id, e, "read", path); return; }
+            have += (size_t)n;
+            total += (unsigned long long)n;
+            if (total > limit) { close(fd); free(chunk); send_fail(id, EFBIG, "read", path); return; }
+            if (have == READ_CHUNK || (n == 0 && have)) { send_frame('D', id, chunk, have); have = 0; }
+            if (n == 0) break;
+        }
+        close(fd);
+        free(chunk);
+        buf_t b = {0};
+        tlv_long(&b, 's', (long long)total);
+        send_buf('K', id, &b);
+        return;
+    }
     buf_t b = {0};
     char tmp[CHUNK];
     for (;;) {
@@ -240,7 +282,10 @@ static void do_read(uint32_t id) {
     send_buf('D', id, &b);
 }
 
+static void upload_begin(uint32_t id);
+
 static void do_write(uint32_t id) {
+    if (field('z')) { upload_begin(id); return; }
     const char *path = field_str('f', "");
     field_t *d = field('d');
     mode_t mode = (mode_t)strtol(field_str('m', "644"), NULL, 8);
@@ -262,6 +307,72 @@ static void do_write(uint32_t id) {
     if (rename(tmp, path) != 0) { int e = errno; unlink(tmp); send_fail(id, e, "write", path); return; }
     buf_t b = {0};
     entry_text(&b, path, base_name(path));
+    send_buf('K', id, &b);
+}
+
+typedef struct {
+    int used;
+    uint32_t id;
+    int fd;
+    int err;
+    mode_t mode;
+    char path[4096], tmp[4200];
+} upload_t;
+
+static upload_t uploads[MAX_UPLOADS];
+
+static upload_t *upload_of(uint32_t id) {
+    for (int i = 0; i < MAX_UPLOADS; i++)
+        if (uploads[i].used && uploads[i].id == id) return &uploads[i];
+    return NULL;
+}
+
+static void upload_begin(uint32_t id) {
+    const char *path = field_str('f', "");
+    upload_t *u = NULL;
+    for (int i = 0; i < MAX_UPLOADS; i++) if (!uploads[i].used) { u = &uploads[i]; break; }
+    if (!u) { send_fail(id, EAGAIN, "write (too many uploads)", path); return; }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) { *slash = 0; if (mkdir_p(dir) != 0) { send_fail(id, errno, "mkdir", dir); return; } }
+    memset(u, 0, sizeof *u);
+    u->mode = (mode_t)strtol(field_str('m', "644"), NULL, 8) & 07777;
+    snprintf(u->path, sizeof u->path, "%s", path);
+    snprintf(u->tmp, sizeof u->tmp, "%s.k3s-tmp-%d-%u", path, getpid(), id);
+    u->fd = open(u->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, u->mode);
+    if (u->fd < 0) { send_fail(id, errno, "write", path); return; }
+    u->used = 1;
+    u->id = id;
+}
+
+static void upload_append(uint32_t id, const unsigned char *data, uint32_t len) {
+    upload_t *u = upload_of(id);
+    if (!u || u->err) return;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = write(u->fd, data + off, len - off);
+        if (n < 0) { if (errno == EINTR) continue; u->err = errno; return; }
+        off += (size_t)n;
+    }
+}
+
+static void upload_commit(uint32_t id) {
+    upload_t *u = upload_of(id);
+    if (!u) return; /* its begin failed and was answered already */
+    u->used = 0;
+    if (field('x')) { /* the host gave up mid-upload: nothing appears */
+        close(u->fd);
+        unlink(u->tmp);
+        send_fail(id, ECANCELED, "write (cancelled)", u->path);
+        return;
+    }
+    if (!u->err) { fchmod(u->fd, u->mode); if (close(u->fd) != 0) u->err = errno; }
+    else close(u->fd);
+    if (!u->err && rename(u->tmp, u->path) != 0) u->err = errno;
+    if (u->err) { unlink(u->tmp); send_fail(id, u->err, "write", u->path); return; }
+    buf_t b = {0};
+    entry_text(&b, u->path, base_name(u->path));
     send_buf('K', id, &b);
 }
 
@@ -345,6 +456,9 @@ typedef struct {
     int timed_out;
     int exited;
     int status;
+    unsigned long long max_out, sent_out, sent_err;
+    int truncated;
+    char cgroup[64]; /* this command's cgroup under k3s-user ("" outside a VM) */
 } exec_t;
 
 static exec_t execs[MAX_EXECS];
@@ -379,6 +493,75 @@ static void build_env(char ***out) {
     *out = env;
 }
 
+static int in_vm = 0;
+static unsigned long cgroup_seq = 0;
+
+/* A fresh cgroup for one command (its processes and all they fork): killing it on timeout
+ * ends a fork bomb as a whole, which signalling a process group cannot. */
+static void new_exec_cgroup(char *out, size_t len) {
+    out[0] = 0;
+    if (!in_vm) return;
+    snprintf(out, len, CG_USER "/e%lu", ++cgroup_seq);
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) out[0] = 0;
+}
+
+static void join_cgroup(const char *cg) {
+    if (!in_vm) return;
+    char p[128];
+    snprintf(p, sizeof p, "%s/cgroup.procs", cg[0] ? cg : CG_USER);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) { if (write(fd, "0", 1) < 0) { /* limits unavailable: run anyway */ } close(fd); }
+    fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) { if (write(fd, "0", 1) < 0) { /* ignored */ } close(fd); }
+}
+
+static void kill_cgroup(const char *cg) {
+    if (!cg[0]) return;
+    char p[128];
+    snprintf(p, sizeof p, "%s/cgroup.kill", cg);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) { if (write(fd, "1", 1) < 0) { /* kernel without cgroup.kill */ } close(fd); }
+}
+
+static void put_file(const char *path, const char *value) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    if (write(fd, value, strlen(value)) < 0) { /* controller missing: that limit is off */ }
+    close(fd);
+}
+
+static long long cmdline_value(const char *key, long long dflt) {
+    char buf[4096];
+    int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dflt;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return dflt;
+    buf[n] = 0;
+    char *p = strstr(buf, key);
+    return p ? atoll(p + strlen(key)) : dflt;
+}
+
+/* Commands in k3s-user (bounded pids and memory, low CPU weight), the agent in k3s-agent. */
+static void setup_limits(void) {
+    mkdir(CG, 0755);
+    if (access(CG "/cgroup.controllers", F_OK) != 0 && mount("cgroup2", CG, "cgroup2", 0, NULL) != 0) return;
+    put_file(CG "/cgroup.subtree_control", "+pids +memory +cpu");
+    mkdir(CG_USER, 0755);
+    mkdir(CG_AGENT, 0755);
+    char v[64];
+    snprintf(v, sizeof v, "%lld", cmdline_value("k3s.pids_max=", 1024));
+    put_file(CG_USER "/pids.max", v);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    long long total = (long long)pages * psz, reserve = total / 8 > (48ll << 20) ? total / 8 : (48ll << 20);
+    if (total > 2 * reserve) { snprintf(v, sizeof v, "%lld", total - reserve); put_file(CG_USER "/memory.max", v); }
+    put_file(CG_USER "/cpu.weight", "100");
+    put_file(CG_AGENT "/cpu.weight", "10000");
+    snprintf(v, sizeof v, "%d", getpid());
+    put_file(CG_AGENT "/cgroup.procs", v);
+    put_file("/proc/self/oom_score_adj", "-1000");
+}
+
 static void do_exec(uint32_t id) {
     int background = field('b') != NULL;
     int nargs = 0;
@@ -400,9 +583,12 @@ static void do_exec(uint32_t id) {
         if (pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC)) { send_fail(id, errno, "pipe", ""); goto out; }
     }
     if (in && in->len && pipe2(pin, O_CLOEXEC)) { send_fail(id, errno, "pipe", ""); goto out; }
+    char cg[64];
+    new_exec_cgroup(cg, sizeof cg);
     pid_t pid = fork();
-    if (pid < 0) { send_fail(id, errno, "fork", argv[0]); goto out; }
+    if (pid < 0) { send_fail(id, errno, "fork", argv[0]); if (cg[0]) rmdir(cg); goto out; }
     if (pid == 0) {
+        join_cgroup(cg);
         setsid();
         sigset_t all;
         sigemptyset(&all);
@@ -445,6 +631,7 @@ static void do_exec(uint32_t id) {
     }
     exec_t *e = &execs[slot];
     memset(e, 0, sizeof *e);
+    snprintf(e->cgroup, sizeof e->cgroup, "%s", cg);
     e->used = 1;
     e->id = id;
     e->pid = pid;
@@ -464,6 +651,7 @@ static void do_exec(uint32_t id) {
     }
     long long t = atoll(field_str('t', "0"));
     e->deadline_ms = t > 0 ? now_ms() + t : 0;
+    e->max_out = strtoull(field_str('o', "0"), NULL, 10);
 out:
     for (int i = 0; i < 2; i++) {
         if (pout[i] >= 0) close(pout[i]);
@@ -478,7 +666,14 @@ static int drain(exec_t *e, int fd, char kind) {
     char tmp[CHUNK];
     for (;;) {
         ssize_t n = read(fd, tmp, sizeof tmp);
-        if (n > 0) { send_frame(kind, e->id, tmp, (size_t)n); continue; }
+        if (n > 0) {
+            unsigned long long *sent = kind == 'O' ? &e->sent_out : &e->sent_err;
+            size_t keep = (size_t)n;
+            if (e->max_out && *sent + keep > e->max_out) { keep = (size_t)(e->max_out - *sent); e->truncated = 1; }
+            if (keep) send_frame(kind, e->id, tmp, keep);
+            *sent += keep;
+            continue;
+        }
         if (n < 0 && errno == EINTR) continue;
         return n == 0 ? 0 : 1; /* 0 = EOF, 1 = would block */
     }
@@ -494,7 +689,9 @@ static void finish(exec_t *e) {
     buf_t b = {0};
     tlv_long(&b, 'x', code);
     if (e->timed_out) tlv_str(&b, 'T', "1");
+    if (e->truncated) tlv_str(&b, 'C', "1");
     send_buf('Z', e->id, &b);
+    if (e->cgroup[0]) rmdir(e->cgroup); /* fails while background children live on: kept */
     e->used = 0;
 }
 
@@ -523,6 +720,7 @@ static void on_sigchld(int sig) {
 }
 
 static void handle(char type, uint32_t id, unsigned char *payload, uint32_t len) {
+    if (type == 'A') { upload_append(id, payload, len); return; } /* raw, no TLV parse */
     unsigned char *owned = NULL;
     if (parse_fields(payload, len, &owned) != 0) { send_fail(id, EPROTO, "parse", ""); return; }
     switch (type) {
@@ -543,6 +741,7 @@ static void handle(char type, uint32_t id, unsigned char *payload, uint32_t len)
     case 'T': do_stat(id); break;
     case 'U': do_remove(id); break;
     case 'G': do_kill(id); break;
+    case 'C': upload_commit(id); break;
     default: send_fail(id, ENOSYS, "unknown request", "");
     }
     free(owned);
@@ -560,7 +759,11 @@ int main(int argc, char **argv) {
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL);
     if (!strncmp(dev, "fd:", 3)) port = atoi(dev + 3); /* tests: an inherited socket */
-    else while ((port = open(dev, O_RDWR | O_CLOEXEC)) < 0) usleep(20000);
+    else {
+        in_vm = 1;
+        setup_limits();
+        while ((port = open(dev, O_RDWR | O_CLOEXEC)) < 0) usleep(20000);
+    }
 
     unsigned char *in = malloc(CHUNK);
     size_t in_len = 0, in_cap = CHUNK;
@@ -584,6 +787,7 @@ int main(int argc, char **argv) {
                 int64_t left = e->deadline_ms - now;
                 if (left <= 0) {
                     e->timed_out = 1;
+                    kill_cgroup(e->cgroup);
                     kill(-e->pid, SIGKILL);
                     kill(e->pid, SIGKILL);
                 } else if (timeout < 0 || left < timeout) timeout = left;

@@ -20,11 +20,12 @@ import contextlib
 import itertools
 import queue
 import secrets
+import select
 import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from services.sandbox.runtime.base import (
     ExecEvent,
@@ -34,13 +35,17 @@ from services.sandbox.runtime.base import (
     GuestAgentError,
     GuestFileError,
     GuestFileNotFound,
+    GuestFileTooLarge,
     normalize_guest_path,
 )
 
 MAGIC = 0x4B334147
 HEADER = struct.Struct(">IcII")
 MAX_FRAME = 1 << 30
+UPLOAD_FRAME = 1 << 20
+"""Bytes of file data per frame of a streamed upload (agent version 2)."""
 _EOF = object()
+EFBIG = 27
 
 
 def tlv(tag: str, value: bytes | str | int) -> bytes:
@@ -80,11 +85,17 @@ def _entry(text: bytes, dirpath: str | None) -> FileInfo:
 
 
 class AgentClient:
-    """One connection to a guest agent. Thread-safe."""
+    """One connection to a guest agent. Thread-safe.
+
+    ``timeout_s`` is a progress timeout: the longest wait for the next frame of a reply, or for
+    the guest to take more bytes of a request; a transfer that keeps moving never times out.
+    ``version`` is the agent's protocol version, learnt at :meth:`sync` (1 until then): version
+    2 streams file transfers in frames and caps exec output in the guest as well."""
 
     def __init__(self, sock: socket.socket, timeout_s: float = 30.0) -> None:
         self._sock = sock
         self._timeout = timeout_s
+        self.version = 1
         self._ids = itertools.count(1)
         self._waiters: dict[int, queue.Queue] = {}
         self._lock = threading.Lock()
@@ -136,6 +147,8 @@ class AgentClient:
                     return
                 fields = dict(parse_tlv(bytes(buf[HEADER.size : HEADER.size + n])))
                 if fields.get("t") == self._sync_token:
+                    with contextlib.suppress(ValueError):
+                        self.version = int(fields.get("v", b"1"))
                     self._sync_token = None
                     self._sync_event.set()
                     del buf[: HEADER.size + n]
@@ -157,11 +170,21 @@ class AgentClient:
                 q.put((kind.decode(), payload))
 
     def _send(self, data: bytes) -> None:
+        """Send a frame; fails when the guest takes no bytes for ``timeout_s`` (a guest that
+        stops reading cannot hold a request thread, or the send lock, forever)."""
+        view = memoryview(data)
         with self._send_lock:
-            try:
-                self._sock.sendall(data)
-            except OSError as exc:
-                raise GuestAgentError(f"guest agent connection lost: {exc}") from exc
+            while view:
+                try:
+                    _, writable, _ = select.select([], [self._sock], [], self._timeout)
+                    if not writable:
+                        raise GuestAgentError(f"guest agent took no data for {self._timeout:.0f} s")
+                    n = self._sock.send(view, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except (OSError, ValueError) as exc:
+                    raise GuestAgentError(f"guest agent connection lost: {exc}") from exc
+                view = view[n:]
 
     def sync(self, timeout_s: float = 10.0, retry_s: float = 0.25) -> None:
         """Resynchronise the stream (see module docstring); retries until the guest answers."""
@@ -249,6 +272,11 @@ class AgentClient:
             payload += tlv("t", max(1, int(req.timeout_s * 1000)))
         if req.background:
             payload += tlv("b", "1")
+        cap = req.max_output_bytes
+        if cap:
+            payload += tlv("o", cap)
+        sent = {"O": 0, "E": 0}
+        truncated = False
         rid, q = self._open()
         # the guest may run past the deadline by the kill latency; allow a margin
         wait = req.timeout_s + 30.0 if req.timeout_s else None
@@ -265,13 +293,24 @@ class AgentClient:
                 return
             while True:
                 kind, data = self._get(q, wait)
-                if kind == "O":
-                    yield ExecEvent(kind="stdout", data=data.decode("utf-8", "replace"))
-                elif kind == "E":
-                    yield ExecEvent(kind="stderr", data=data.decode("utf-8", "replace"))
+                if kind in ("O", "E"):
+                    if cap:  # the host's own cap: a guest is not trusted to keep it
+                        room = max(0, cap - sent[kind])
+                        if len(data) > room:
+                            data, truncated = data[:room], True
+                        sent[kind] += len(data)
+                        if not data:
+                            continue
+                    yield ExecEvent(
+                        kind="stdout" if kind == "O" else "stderr",
+                        data=data.decode("utf-8", "replace"),
+                    )
                 elif kind == "Z":
                     f = dict(parse_tlv(data))
-                    yield ExecEvent(kind="exit", pid=pid, exit_code=int(f["x"]), timed_out="T" in f)
+                    yield ExecEvent(
+                        kind="exit", pid=pid, exit_code=int(f["x"]), timed_out="T" in f,
+                        truncated=truncated or "C" in f,
+                    )  # fmt: skip
                     return
         finally:
             self._done(rid)
@@ -288,6 +327,7 @@ class AgentClient:
             elif ev.kind == "exit":
                 res.exit_code = ev.exit_code
                 res.timed_out = ev.timed_out
+                res.truncated = ev.truncated
         res.stdout = "".join(out)
         res.stderr = "".join(err)
         if not req.background:
@@ -307,15 +347,84 @@ class AgentClient:
     def kill_process(self, pid: int, signal: int = 15) -> None:
         self._call("G", tlv("p", pid) + tlv("s", signal), path=str(pid))
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, limit: int | None = None) -> bytes:
+        """A guest file's contents. With ``limit`` (and agent version 2) the guest streams it
+        in frames and stops past ``limit`` bytes (:class:`GuestFileTooLarge`): a file that
+        never ends (``/dev/zero``) costs at most ``limit`` bytes and no timeout."""
         p = normalize_guest_path(path)
-        return self._call("R", tlv("f", p), p)[1]
+        if limit is None or self.version < 2:
+            data = self._call("R", tlv("f", p), p)[1]
+            if limit is not None and len(data) > limit:
+                raise GuestFileTooLarge(f"{p} is larger than {limit} bytes", EFBIG, p)
+            return data
+        rid, q = self._open()
+        out = bytearray()
+        try:
+            with self._gate:
+                self._send(frame("R", rid, tlv("f", p) + tlv("n", limit)))
+            while True:
+                kind, data = self._get(q, self._timeout)
+                if kind == "D":
+                    out += data
+                    if len(out) > limit:  # the host's own check
+                        raise GuestFileTooLarge(f"{p} is larger than {limit} bytes", EFBIG, p)
+                elif kind == "K":
+                    return bytes(out)
+                elif kind == "F":
+                    self._raise_failure(data, p, limit)
+        finally:
+            self._done(rid)
+
+    @staticmethod
+    def _raise_failure(data: bytes, path: str, limit: int | None = None) -> None:
+        f = dict(parse_tlv(data))
+        errno = int(f.get("n", b"0"))
+        msg = f.get("m", b"").decode("utf-8", "replace")
+        if errno == EFBIG:
+            raise GuestFileTooLarge(
+                f"{path} is larger than {limit} bytes" if limit else msg, errno, path
+            )
+        raise (GuestFileNotFound if errno == 2 else GuestFileError)(msg, errno=errno, path=path)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
+        if self.version >= 2 and len(data) > UPLOAD_FRAME:
+            return self.write_file_stream(path, [data], mode)
         p = normalize_guest_path(path)
         _, payload = self._call("W", tlv("f", p) + tlv("m", f"{mode:o}") + tlv("d", data), p)
         fields = parse_tlv(payload)
         info = _entry(fields[0][1], None)
+        return info.model_copy(update={"path": p})
+
+    def write_file_stream(self, path: str, chunks: Iterable[bytes], mode: int = 0o644) -> FileInfo:
+        """Create or replace a guest file from ``chunks``, sent in frames of at most
+        :data:`UPLOAD_FRAME` bytes as they come (agent version 2; older agents get one frame).
+        The file appears (renamed into place) only when every chunk arrived."""
+        if self.version < 2:
+            return self.write_file(path, b"".join(chunks), mode)
+        p = normalize_guest_path(path)
+        rid, q = self._open()
+        try:
+            with self._gate:  # a checkpoint never catches half an upload
+                self._send(frame("W", rid, tlv("f", p) + tlv("m", f"{mode:o}") + tlv("z", "1")))
+                try:
+                    for chunk in chunks:
+                        for off in range(0, len(chunk), UPLOAD_FRAME):
+                            self._send(frame("A", rid, chunk[off : off + UPLOAD_FRAME]))
+                        if not q.empty():
+                            break  # the guest refused the file already: its F is waiting
+                except GuestAgentError:
+                    raise
+                except BaseException:  # the source failed (client gone, too large): abort
+                    with contextlib.suppress(GuestAgentError):
+                        self._send(frame("C", rid, tlv("x", "1")))
+                    raise
+                self._send(frame("C", rid))
+                kind, data = self._get(q, self._timeout)
+        finally:
+            self._done(rid)
+        if kind == "F":
+            self._raise_failure(data, p)
+        info = _entry(parse_tlv(data)[0][1], None)
         return info.model_copy(update={"path": p})
 
     def list_dir(self, path: str) -> list[FileInfo]:

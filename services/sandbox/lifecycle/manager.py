@@ -52,6 +52,7 @@ from services.sandbox.runtime.base import (
     GuestAgentError,
     GuestFileError,
     GuestFileNotFound,
+    GuestFileTooLarge,
     GuestPathError,
     NetworkPolicy,
     Runtime,
@@ -64,6 +65,7 @@ from services.sandbox.runtime.base import (
     normalize_guest_path,
 )
 from shared.contracts.sandbox import (
+    NEVER,
     Checkpoint,
     EntryInfo,
     ExecBody,
@@ -130,6 +132,8 @@ def runtime_errors(sandbox_id: str = "") -> Iterator[None]:
         raise APIError(400, "invalid_path", str(exc)) from exc
     except GuestFileNotFound as exc:
         raise APIError(404, "file_not_found", str(exc)) from exc
+    except GuestFileTooLarge as exc:
+        raise APIError(413, "too_large", str(exc)) from exc
     except GuestFileError as exc:
         status = 409 if exc.errno in (17, 21, 20, 39) else 400  # EEXIST EISDIR ENOTDIR ENOTEMPTY
         raise APIError(status, "file_error", str(exc)) from exc
@@ -259,6 +263,7 @@ class SandboxManager:
                     self.pause(sandbox_id, reason="shutdown")
                 except Exception:  # noqa: BLE001 - one failure must not strand the others
                     log.exception("pausing sandbox %s at shutdown", sandbox_id)
+                    self._lose(sandbox_id, "pausing it at shutdown failed")
         self._builds.shutdown(wait=True, cancel_futures=False)
         for rt in self.runtimes.values():
             rt.close()
@@ -266,10 +271,12 @@ class SandboxManager:
     def recover(self) -> None:
         """Rebuild the live set from SQL after a (re)start.
 
-        Running rows whose VM is still alive are adopted; the others crashed with the old
-        service: they become ``paused`` at their last checkpoint (periodic snapshots bound what
-        is lost) or ``error`` when they have none. Paused rows need nothing: resume restores
-        them from the store.
+        Running rows whose VM is still alive are adopted (the runtime reconnects to the VM
+        and its agent); the others — VM gone, or alive but not adoptable (then it is stopped
+        first, so nothing is left running or mapped) — become ``paused`` at their last
+        checkpoint (periodic snapshots bound what is lost) or ``error`` when they have none,
+        with the reason in ``error``. Rows caught ``creating`` are stopped the same way.
+        Paused rows need nothing: resume restores them from the store.
         """
         with self.db.session() as s:
             rows = s.scalars(
@@ -278,10 +285,37 @@ class SandboxManager:
             for row in rows:
                 rt = self.runtimes.get(row.runtime)
                 handle = VMHandle.model_validate(row.handle) if row.handle else None
-                if row.state == "running" and rt and handle and rt.is_alive(handle):
-                    self._live[row.id] = Live(handle, rt, _aware(row.end_at))
+                alive = bool(rt and handle and rt.is_alive(handle))
+                if row.state == "running" and alive and rt.adopt(handle):  # type: ignore[union-attr, arg-type]
+                    self._live[row.id] = Live(handle, rt, _aware(row.end_at))  # type: ignore[arg-type]
+                    log.info("sandbox %s: re-attached to its VM after a restart", row.id)
                     continue
-                self._mark_lost(row, "the service restarted and the sandbox's VM was gone")
+                if rt is not None and handle is not None:
+                    self._stop_quietly(rt, handle)
+                why = (
+                    "the service restarted and could not re-attach to the sandbox's VM (stopped)"
+                    if alive
+                    else "the service restarted and the sandbox's VM was gone"
+                )
+                self._mark_lost(row, why)
+
+    def _stop_quietly(self, rt: Runtime, handle: VMHandle) -> None:
+        """Release whatever is left of a VM (processes, memory file); never raises."""
+        try:
+            rt.stop(handle)
+        except Exception:  # noqa: BLE001 - cleanup of a dead VM must not fail its caller
+            log.exception("stopping what is left of sandbox %s", handle.sandbox_id)
+
+    def _lose(self, sandbox_id: str, why: str) -> None:
+        """Stop a live sandbox that cannot be saved now; its row falls back to its last
+        checkpoint (or error). No VM is left behind."""
+        live = self._live.pop(sandbox_id, None)
+        if live is not None:
+            self._stop_quietly(live.runtime, live.handle)
+        with self.db.session() as s:
+            row = s.get(SandboxRow, sandbox_id)
+            if row is not None and row.state in ("running", "creating"):
+                self._mark_lost(row, why)
 
     def _mark_lost(self, row: SandboxRow, why: str) -> None:
         now = self.clock()
@@ -356,7 +390,7 @@ class SandboxManager:
             runtime=row.runtime,
             state=row.state,  # type: ignore[arg-type]
             startedAt=_aware(row.started_at),  # type: ignore[arg-type]
-            endAt=end_at if row.state == "running" else None,
+            endAt=(end_at or NEVER) if row.state == "running" else _aware(row.updated_at),  # type: ignore[arg-type]
             cpuCount=row.cpu_count,
             memoryMB=row.memory_mb,
             metadata=row.metadata_ or {},
@@ -534,6 +568,8 @@ class SandboxManager:
                         live.runtime.destroy(live.handle)
                     except SandboxRuntimeError:
                         log.exception("destroying sandbox %s", sandbox_id)
+                elif row.handle and (rt := self.runtimes.get(row.runtime)) is not None:
+                    self._stop_quietly(rt, VMHandle.model_validate(row.handle))  # leftovers
                 shutil.rmtree(self.workdir(sandbox_id), ignore_errors=True)
                 row.state = "killed"
                 row.handle = None
@@ -589,14 +625,23 @@ class SandboxManager:
 
     # ------------------------------------------------------------------ exec
 
-    @staticmethod
-    def _exec_request(body: ExecBody) -> ExecRequest:
+    def _exec_request(self, body: ExecBody) -> ExecRequest:
+        """The runtime's request: time and output bounded by the settings (0 = the maximum)."""
+        limit = self.settings.exec_max_timeout_s
+        timeout = body.timeout_s if "timeout_s" in body.model_fields_set else min(60, limit)
+        if timeout > limit:
+            raise APIError(
+                400, "invalid_request",
+                f"timeout_s {timeout:g} is above the limit of {limit} s "
+                "(K3STACK_SANDBOX__EXEC_MAX_TIMEOUT_S); 0 means the limit",
+            )  # fmt: skip
         try:
             return ExecRequest(
                 argv=body.argv, cmd=body.cmd, env=body.env,
                 cwd=normalize_guest_path(body.cwd) if body.cwd else None,
                 stdin=body.stdin.encode() if body.stdin is not None else None,
-                timeout_s=body.timeout_s, background=body.background,
+                timeout_s=timeout or limit, background=body.background,
+                max_output_bytes=self.settings.exec_max_output_bytes,
             )  # fmt: skip
         except GuestPathError as exc:
             raise APIError(400, "invalid_path", str(exc)) from exc
@@ -609,7 +654,8 @@ class SandboxManager:
             res = live.runtime.exec(live.handle, req)
         return ExecOutput(
             exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr,
-            timed_out=res.timed_out, pid=res.pid, duration_ms=res.duration_ms,
+            timed_out=res.timed_out, truncated=res.truncated, pid=res.pid,
+            duration_ms=res.duration_ms,
         )  # fmt: skip
 
     def exec_stream(self, sandbox_id: str, body: ExecBody) -> Iterator[ExecStreamEvent]:
@@ -664,14 +710,23 @@ class SandboxManager:
         )  # fmt: skip
 
     def read_file(self, sandbox_id: str, path: str) -> bytes:
+        """Contents of a guest file, at most ``max_upload_bytes`` (413 past it)."""
         p = self._path(path)
         with self._guest_op(sandbox_id) as live:
-            return live.runtime.read_file(live.handle, p)
+            return live.runtime.read_file(live.handle, p, self.settings.max_upload_bytes)
 
     def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int) -> EntryInfo:
         p = self._path(path)
         with self._guest_op(sandbox_id) as live:
             return self.entry(live.runtime.write_file(live.handle, p, data, mode))
+
+    def write_file_stream(
+        self, sandbox_id: str, path: str, chunks: Iterable[bytes], mode: int
+    ) -> EntryInfo:
+        """Write a guest file from chunks as they arrive (an upload is never held whole)."""
+        p = self._path(path)
+        with self._guest_op(sandbox_id) as live:
+            return self.entry(live.runtime.write_file_stream(live.handle, p, chunks, mode))
 
     def list_dir(self, sandbox_id: str, path: str) -> list[EntryInfo]:
         p = self._path(path)
@@ -1274,6 +1329,7 @@ class SandboxManager:
                     continue
                 if not live.runtime.is_alive(live.handle):
                     self._live.pop(sandbox_id, None)
+                    self._stop_quietly(live.runtime, live.handle)  # memory file, sockets
                     with self.db.session() as s:
                         row = s.get(SandboxRow, sandbox_id)
                         if row is not None:

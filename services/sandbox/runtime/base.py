@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,6 +61,7 @@ __all__ = [
     "GuestAgentError",
     "GuestFileError",
     "GuestFileNotFound",
+    "GuestFileTooLarge",
     "GuestPathError",
     "NetworkPolicy",
     "Runtime",
@@ -118,6 +119,10 @@ class GuestFileNotFound(GuestFileError):
     """The guest path does not exist (ENOENT)."""
 
 
+class GuestFileTooLarge(GuestFileError):
+    """The guest file is larger than the transfer limit (EFBIG); nothing past it was read."""
+
+
 class CheckpointError(SandboxRuntimeError):
     """A checkpoint or restore failed; the sandbox is left as it was before the call."""
 
@@ -164,6 +169,8 @@ class ExecRequest(BaseModel):
     stdin: bytes | None = None
     timeout_s: float = Field(60.0, ge=0)
     background: bool = False
+    max_output_bytes: int = Field(0, ge=0, description="Cap per stream (0 = none); past it "
+                                  "output is dropped and the result says ``truncated``.")  # fmt: skip
 
     @model_validator(mode="after")
     def _one_command(self) -> ExecRequest:
@@ -192,6 +199,7 @@ class ExecResult(BaseModel):
     stdout: str = ""
     stderr: str = ""
     timed_out: bool = False
+    truncated: bool = False
     pid: int | None = None
     duration_ms: float = 0.0
 
@@ -205,6 +213,7 @@ class ExecEvent(BaseModel):
     pid: int | None = None
     exit_code: int | None = None
     timed_out: bool = False
+    truncated: bool = False
 
 
 class FileInfo(BaseModel):
@@ -367,6 +376,14 @@ class Runtime(ABC):
     def is_alive(self, h: VMHandle) -> bool:
         """Whether the sandbox's VM/process is running (cheap; no guest round trip)."""
 
+    def adopt(self, h: VMHandle) -> bool:
+        """Take over a sandbox a previous service process started (after a crash or a
+        ``keep`` shutdown): reconnect to its VM and agent so every operation works again.
+        False when it cannot be taken over; the caller then stops it (so nothing
+        is left running or mapped) and recovers it from its last checkpoint. Default: the
+        handle alone is enough when the VM is alive."""
+        return self.is_alive(h)
+
     # -- commands
 
     @abstractmethod
@@ -384,12 +401,20 @@ class Runtime(ABC):
     # -- files
 
     @abstractmethod
-    def read_file(self, h: VMHandle, path: str) -> bytes:
-        """Contents of a guest file. Raises GuestFileNotFound / GuestFileError."""
+    def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
+        """Contents of a guest file; with ``limit``, :class:`GuestFileTooLarge` once more than
+        ``limit`` bytes would be read (never reading much past it: files like ``/dev/zero``
+        end). Raises GuestFileNotFound / GuestFileError."""
 
     @abstractmethod
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
         """Create or replace a guest file (parent directories are created)."""
+
+    def write_file_stream(
+        self, h: VMHandle, path: str, chunks: Iterable[bytes], mode: int = 0o644
+    ) -> FileInfo:
+        """:meth:`write_file` from chunks as they arrive (default: joined, then written)."""
+        return self.write_file(h, path, b"".join(chunks), mode)
 
     @abstractmethod
     def list_dir(self, h: VMHandle, path: str) -> list[FileInfo]:

@@ -49,6 +49,7 @@ from services.sandbox.runtime.base import (
     ExecResult,
     FileInfo,
     GuestAgentError,
+    GuestFileTooLarge,
     Runtime,
     RuntimeCapabilities,
     RuntimeUnavailable,
@@ -519,8 +520,11 @@ class FirecrackerRuntime(Runtime):
     def kill_process(self, h: VMHandle, pid: int, signal: int = 15) -> None:
         self._agent(h).kill_process(pid, signal)
 
-    def read_file(self, h: VMHandle, path: str) -> bytes:
-        return self._agent(h).read_file(path)
+    def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
+        data = self._agent(h).read_file(path)
+        if limit is not None and len(data) > limit:
+            raise GuestFileTooLarge(f"{path} is larger than {limit} bytes", 27, path)
+        return data
 
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
         return self._agent(h).write_file(path, data, mode)

@@ -58,6 +58,7 @@ from services.sandbox.runtime.base import (
     FileInfo,
     GuestFileError,
     GuestFileNotFound,
+    GuestFileTooLarge,
     GuestPathError,
     Runtime,
     RuntimeCapabilities,
@@ -840,6 +841,7 @@ class ProcessRuntime(Runtime):
             elif ev.kind == "exit":
                 result.exit_code = ev.exit_code
                 result.timed_out = ev.timed_out
+                result.truncated = ev.truncated
         result.stdout = "".join(out["stdout"])
         result.stderr = "".join(out["stderr"])
         result.duration_ms = (time.perf_counter() - started) * 1000
@@ -893,9 +895,11 @@ class ProcessRuntime(Runtime):
                         pass
 
             threading.Thread(target=feed, daemon=True).start()
-        yield from self._pump(proc, req.timeout_s)
+        yield from self._pump(proc, req.timeout_s, req.max_output_bytes or MAX_OUTPUT_BYTES)
 
-    def _pump(self, proc: subprocess.Popen[bytes], timeout_s: float) -> Iterator[ExecEvent]:
+    def _pump(
+        self, proc: subprocess.Popen[bytes], timeout_s: float, cap: int
+    ) -> Iterator[ExecEvent]:
         deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
         sel = selectors.DefaultSelector()
         streams = {proc.stdout: "stdout", proc.stderr: "stderr"}
@@ -932,7 +936,7 @@ class ProcessRuntime(Runtime):
                     if not chunk:
                         sel.unregister(key.fileobj)
                         continue
-                    room = MAX_OUTPUT_BYTES - sizes[name]
+                    room = cap - sizes[name]
                     sizes[name] += len(chunk)
                     if room <= 0:
                         continue
@@ -943,11 +947,7 @@ class ProcessRuntime(Runtime):
                 tail = dec.decode(b"", final=True)
                 if tail:
                     yield ExecEvent(kind=name, data=tail)  # type: ignore[arg-type]
-                if sizes[name] > MAX_OUTPUT_BYTES:
-                    yield ExecEvent(
-                        kind=name,  # type: ignore[arg-type]
-                        data=f"\n[k3stack: {sizes[name] - MAX_OUTPUT_BYTES} more bytes dropped]\n",
-                    )
+            truncated = any(n > cap for n in sizes.values())
             rc = proc.wait()
         except GeneratorExit:
             self._kill_group(proc)
@@ -958,9 +958,10 @@ class ProcessRuntime(Runtime):
                 if f is not None:
                     f.close()
         if timed_out:
-            yield ExecEvent(kind="exit", exit_code=None, timed_out=True)
+            yield ExecEvent(kind="exit", exit_code=None, timed_out=True, truncated=truncated)
         else:
-            yield ExecEvent(kind="exit", exit_code=rc if rc >= 0 else 128 - rc)
+            code = rc if rc >= 0 else 128 - rc
+            yield ExecEvent(kind="exit", exit_code=code, truncated=truncated)
 
     @staticmethod
     def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -1033,13 +1034,19 @@ class ProcessRuntime(Runtime):
             mtime=st.st_mtime,
         )
 
-    def read_file(self, h: VMHandle, path: str) -> bytes:
+    def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
         gpath = normalize_guest_path(path)
         host = self._host(h, gpath)
         try:
             if host.is_dir():
                 raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
-            return host.read_bytes()
+            with open(host, "rb") as fh:
+                data = fh.read() if limit is None else fh.read(limit + 1)
+            if limit is not None and len(data) > limit:
+                raise GuestFileTooLarge(
+                    f"{gpath} is larger than {limit} bytes", errno_mod.EFBIG, gpath
+                )
+            return data
         except OSError as exc:
             raise _guest_errno(exc, gpath) from exc
 

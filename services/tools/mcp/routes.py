@@ -15,8 +15,8 @@ from starlette.concurrency import run_in_threadpool
 
 from services.tools.context import WorldCtx
 from services.tools.mcp.registry import tool_apps, tools_for
-from services.tools.mcp.serial import world_lock
 from services.tools.mcp.server import INVALID_REQUEST, PARSE_ERROR, _error, handle
+from services.tools.serial import world_lock
 
 router = APIRouter(prefix="/worlds/{world_id}/mcp", tags=["mcp"])
 

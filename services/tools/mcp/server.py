@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from services.tools.context import WorldContext
 from services.tools.mcp.registry import Tool
-from services.tools.mcp.serial import retry_sync
+from services.tools.serial import retry_sync
 
 log = logging.getLogger("k3stack.tools.mcp")
 

@@ -55,7 +55,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,7 @@ class _Live:
     lock: threading.Lock = field(default_factory=threading.Lock)
     disk: _Disk | None = None
     ports: dict[int, str] = field(default_factory=dict)
+    pid: int | None = None
 
 
 @dataclass
@@ -190,10 +191,13 @@ class MicroVMRuntime(Runtime):
         root: Path | None = None,
         accel: str | None = None,
         pool_size: int = 0,
+        pids_max: int = 1024,
     ) -> None:
+        """``accel``: ``kvm``, ``tcg``, or None/``auto`` (a boot probe decides); ``pids_max``:
+        processes the guest's commands may have at once (the agent's cgroup limit)."""
         self.root = Path(root) if root else sandbox_cache_dir() / "vms"
-        configured = get_settings().sandbox.accel
-        self._accel = accel or (None if configured == "auto" else configured)
+        self._accel = None if accel in (None, "auto") else accel
+        self.pids_max = pids_max
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
         self._pagestores: dict[int, PageStore] = {}
@@ -279,7 +283,7 @@ class MicroVMRuntime(Runtime):
             "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
             "-kernel", str(image.kernel.vmlinuz),
             "-initrd", str(image.initrd),
-            "-append", self._kernel_cmdline(image, accel),
+            "-append", self._kernel_cmdline(image, accel, self.pids_max),
             "-serial", f"file:{sock_dir / 'console.log'}",
             "-device", "virtio-serial-device",
             "-chardev", f"socket,id=agent,path={sock_dir / 'agent.sock'},server=on,wait=off",
@@ -329,8 +333,8 @@ class MicroVMRuntime(Runtime):
         return fwds
 
     @staticmethod
-    def _kernel_cmdline(image: Image, accel: str) -> str:
-        cmdline = KERNEL_CMDLINE
+    def _kernel_cmdline(image: Image, accel: str, pids_max: int = 1024) -> str:
+        cmdline = f"{KERNEL_CMDLINE} k3s.pids_max={pids_max}"
         khz = _host_tsc_khz() if accel == "tcg" else None
         if khz:
             cmdline += f" tsc_early_khz={khz}"
@@ -443,7 +447,9 @@ class MicroVMRuntime(Runtime):
         size = os.fstat(fd).st_size
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         pages = np.frombuffer(mm, dtype=np.uint8).reshape(-1, PAGE_SIZE)
-        return _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
+        live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
+        live.pid = vm.proc.pid
+        return live
 
     def _handle(self, sandbox_id: str, spec: SandboxSpec, workdir: Path, vm: _Vm,
                 accel: str, restored_from: str | None = None) -> VMHandle:  # fmt: skip
@@ -486,8 +492,7 @@ class MicroVMRuntime(Runtime):
         h = self._handle(sandbox_id, spec, workdir, vm, accel)
         live = self._attach(vm, agent)
         live.disk = disk
-        with self._lock:
-            self._live[sandbox_id] = live
+        self._install(sandbox_id, live)
         if spec.network.mode == "allowlist":
             self._write_hosts(h)
         return h
@@ -500,18 +505,83 @@ class MicroVMRuntime(Runtime):
                 lines.append(f"{guest.rsplit(':', 1)[0]} {host}")
         self.write_file(h, "/etc/hosts", ("\n".join(lines) + "\n").encode())
 
+    def _install(self, sandbox_id: str, live: _Live) -> None:
+        """Record ``live`` as the sandbox's connection, releasing any entry it replaces (a VM
+        that died unnoticed keeps its memory mapping and file otherwise)."""
+        with self._lock:
+            old = self._live.pop(sandbox_id, None)
+            self._live[sandbox_id] = live
+        if old is not None and old is not live:
+            self._release(old, None)
+
+    def _release(self, live: _Live, mem_path: Path | None) -> None:
+        """End a live entry's QEMU (if still running) and free its mapping, fd and file."""
+        live.agent.close()
+        self._kill_vm(live.proc, live.qmp, mem_path)
+        if live.proc is None and live.pid:  # adopted: not our child, signal it by pid
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{live.pid}/cmdline").read_bytes().startswith(QEMU.encode()):
+                    os.kill(live.pid, signal.SIGKILL)
+        live.pages = None  # type: ignore[assignment]  # drop the buffer export: the map can close
+        live.last_map = None
+        with contextlib.suppress(Exception):
+            live.mem_map.close()
+        with contextlib.suppress(OSError):
+            os.close(live.mem_fd)
+
+    def adopt(self, h: VMHandle) -> bool:
+        """Re-attach to a QEMU a previous service process started: its QMP and agent sockets
+        accept a new client once the old one is gone, and the memory file is still there.
+        Sandboxes with a disk are not adopted (their overlay chain is not in the handle):
+        the manager recovers them from their last checkpoint instead."""
+        if h.data.get("disk") or not self.is_alive(h):
+            return False
+        sock_dir = Path(h.data.get("sock_dir", ""))
+        mem_path = Path(h.data.get("mem_path", ""))
+        if not sock_dir.is_dir() or not mem_path.is_file():
+            return False
+        qmp = None
+        try:
+            qmp = QMPClient(str(sock_dir / "qmp.sock"), timeout_s=10)
+            status = (qmp.execute("query-status") or {}).get("status")
+            if status == "paused":  # the service died mid-checkpoint, with the vCPUs stopped
+                qmp.execute("cont")
+            agent = self._connect_agent(sock_dir / "agent.sock", timeout_s=30)
+        except Exception as exc:  # noqa: BLE001 - any failure means "recover instead"
+            log.warning("adopting sandbox %s failed: %s", h.sandbox_id, exc)
+            if qmp is not None:
+                with contextlib.suppress(Exception):
+                    qmp.close()
+            return False
+        fd = os.open(mem_path, os.O_RDWR)
+        mm = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        pages = np.frombuffer(mm, dtype=np.uint8).reshape(-1, PAGE_SIZE)
+        live = _Live(proc=None, qmp=qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
+        live.pid = h.pid
+        self._install(h.sandbox_id, live)
+        return True
+
     def _live_of(self, h: VMHandle) -> _Live:
         with self._lock:
             live = self._live.get(h.sandbox_id)
-        if live is None or (live.proc is not None and live.proc.poll() is not None):
+        if live is None or not self._running(live):
             raise SandboxNotRunning(f"sandbox {h.sandbox_id} is not running")
         return live
+
+    @staticmethod
+    def _running(live: _Live) -> bool:
+        if live.proc is not None:
+            return live.proc.poll() is None
+        try:  # adopted from a previous service process: not our child
+            return Path(f"/proc/{live.pid}/cmdline").read_bytes().startswith(QEMU.encode())
+        except OSError:
+            return False
 
     def is_alive(self, h: VMHandle) -> bool:
         with self._lock:
             live = self._live.get(h.sandbox_id)
-        if live is not None and live.proc is not None:
-            return live.proc.poll() is None
+        if live is not None:
+            return self._running(live)
         if h.pid:  # a handle from a previous service process
             try:
                 os.kill(h.pid, 0)
@@ -525,11 +595,7 @@ class MicroVMRuntime(Runtime):
             live = self._live.pop(h.sandbox_id, None)
         mem_path = Path(h.data.get("mem_path", "")) if h.data.get("mem_path") else None
         if live is not None:
-            live.agent.close()
-            self._kill_vm(live.proc, live.qmp, None)
-            with contextlib.suppress(Exception):
-                live.mem_map.close()
-            os.close(live.mem_fd)
+            self._release(live, None)
         elif h.pid and self.is_alive(h):  # left over from a previous service process
             with contextlib.suppress(OSError):
                 os.kill(h.pid, signal.SIGKILL)
@@ -837,6 +903,7 @@ class MicroVMRuntime(Runtime):
         live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
         live.last_map = (ck.id, page_map)
         live.disk = disk
+        live.pid = vm.proc.pid
         h = self._handle(sandbox_id, ck.spec, workdir, vm, accel, restored_from=ck.id)
         h.data["restore_stats"] = {
             "load_ms": (t1 - t0) * 1000,
@@ -846,8 +913,7 @@ class MicroVMRuntime(Runtime):
             "agent_ms": (t5 - t4) * 1000,
             "total_ms": (t5 - t0) * 1000,
         }
-        with self._lock:
-            self._live[sandbox_id] = live
+        self._install(sandbox_id, live)
         return h
 
     @staticmethod
@@ -880,11 +946,16 @@ class MicroVMRuntime(Runtime):
     def kill_process(self, h: VMHandle, pid: int, signal: int = 15) -> None:
         self._live_of(h).agent.kill_process(pid, signal)
 
-    def read_file(self, h: VMHandle, path: str) -> bytes:
-        return self._live_of(h).agent.read_file(path)
+    def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
+        return self._live_of(h).agent.read_file(path, limit)
 
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
         return self._live_of(h).agent.write_file(path, data, mode)
+
+    def write_file_stream(
+        self, h: VMHandle, path: str, chunks: Iterable[bytes], mode: int = 0o644
+    ) -> FileInfo:
+        return self._live_of(h).agent.write_file_stream(path, chunks, mode)
 
     def list_dir(self, h: VMHandle, path: str) -> list[FileInfo]:
         return self._live_of(h).agent.list_dir(path)
@@ -930,7 +1001,10 @@ def make_runtime(settings: Any = None) -> MicroVMRuntime:
     if settings is not None and getattr(settings, "data_dir", None):
         root = Path(settings.data_dir) / "sandbox" / "microvm"
     section = (settings or get_settings()).sandbox
-    return MicroVMRuntime(root=root, pool_size=section.warm_pool)
+    return MicroVMRuntime(
+        root=root, accel=section.accel, pool_size=section.warm_pool,
+        pids_max=section.guest_pids_max,
+    )  # fmt: skip
 
 
 __all__ = ["MicroVMRuntime", "make_runtime"]

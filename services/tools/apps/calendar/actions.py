@@ -100,10 +100,19 @@ def setup_calendar(
     agent_name: str = "Assistant",
     time_zone: str = "UTC",
 ) -> CalendarMeta:
-    """Create the agent's identity and primary calendar once (scenario set-up)."""
+    """Create the agent's identity and primary calendar once (scenario set-up). A world
+    starts with the default identity; set-up that names another one replaces it while it is
+    untouched (no events, no other calendars)."""
     meta = ctx.session.get(CalendarMeta, ctx.world_id)
     if meta is not None:
-        return meta
+        if meta.agent_email == agent_email.lower() or not _pristine_default(ctx, meta):
+            return meta
+        for row in ctx.session.scalars(
+            select(CalendarRow).where(CalendarRow.world_id == ctx.world_id)
+        ):
+            ctx.session.delete(row)
+        ctx.session.delete(meta)
+        ctx.session.flush()
     meta = CalendarMeta(world_id=ctx.world_id, agent_email=agent_email.lower())
     meta.seq = 0
     ctx.session.add(meta)
@@ -118,6 +127,21 @@ def setup_calendar(
         _record=False,
     )
     return meta
+
+
+DEFAULT_AGENT = "assistant@k3stack.test"
+
+
+def _pristine_default(ctx: WorldContext, meta: CalendarMeta) -> bool:
+    if meta.agent_email != DEFAULT_AGENT:
+        return False
+    has_event = ctx.session.scalar(
+        select(CalendarEvent.id).where(CalendarEvent.world_id == ctx.world_id).limit(1)
+    )
+    calendars = ctx.session.scalars(
+        select(CalendarRow.id).where(CalendarRow.world_id == ctx.world_id)
+    ).all()
+    return has_event is None and list(calendars) == [DEFAULT_AGENT]
 
 
 def meta(ctx: WorldContext) -> CalendarMeta:

@@ -9,16 +9,14 @@ on a Calendar route that way, after rolling back the world's session.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from services.tools.mcp.serial import run_world_call
+from services.tools.serial import is_http_read, world_route
 from shared.errors import APIError
 
 log = logging.getLogger("k3stack.tools.calendar")
@@ -79,20 +77,15 @@ def to_google_error(exc: Exception) -> GoogleError:
     return GoogleError(500, "backendError", "Backend Error")
 
 
-class GoogleRoute(APIRoute):
-    """An APIRoute whose failures come back in Google's error shape."""
+def render(exc: Exception) -> JSONResponse:
+    """A failure in Google's error shape."""
+    err = to_google_error(exc)
+    return JSONResponse(err.body(), status_code=err.code)
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
 
-        async def route(request: Request) -> Response:
-            try:
-                return await run_world_call(request, handler)
-            except Exception as exc:  # noqa: BLE001 - every failure becomes a Google error body
-                ctx = getattr(request.state, "world_ctx", None)
-                if ctx is not None:
-                    ctx.session.rollback()
-                err = to_google_error(exc)
-                return JSONResponse(err.body(), status_code=err.code)
+def is_read(request: Request) -> bool:
+    """GETs and free/busy queries (a POST that only reads)."""
+    return is_http_read(request) or request.url.path.endswith("/freeBusy")
 
-        return route
+
+GoogleRoute = world_route(render, reads=is_read)

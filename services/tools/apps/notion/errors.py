@@ -10,16 +10,14 @@ world's session so a failed call writes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from services.tools.mcp.serial import run_world_call
+from services.tools.serial import is_http_read, world_route
 from shared.errors import APIError
 
 log = logging.getLogger("k3stack.tools.notion")
@@ -77,20 +75,16 @@ def to_notion_error(exc: Exception) -> NotionError:
     return NotionError(500, "internal_server_error", "Unexpected error.")
 
 
-class NotionRoute(APIRoute):
-    """An APIRoute whose failures come back as Notion error objects."""
+def render(exc: Exception) -> JSONResponse:
+    """A failure as Notion's error object."""
+    err = to_notion_error(exc)
+    return JSONResponse(err.body(), status_code=err.status)
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
 
-        async def route(request: Request) -> Response:
-            try:
-                return await run_world_call(request, handler)
-            except Exception as exc:  # noqa: BLE001 - every failure becomes a Notion error body
-                ctx = getattr(request.state, "world_ctx", None)
-                if ctx is not None:
-                    ctx.session.rollback()
-                err = to_notion_error(exc)
-                return JSONResponse(err.body(), status_code=err.status)
+def is_read(request: Request) -> bool:
+    """GETs, search, and database / data-source queries (POSTs that only read)."""
+    path = request.url.path
+    return is_http_read(request) or path.endswith(("/v1/search", "/query"))
 
-        return route
+
+NotionRoute = world_route(render, reads=is_read)

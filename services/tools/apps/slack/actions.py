@@ -74,7 +74,13 @@ def setup_workspace(
     """
     existing = ctx.session.get(SlackMeta, ctx.world_id)
     if existing is not None:
-        return existing
+        if not _pristine_default(ctx, existing, agent_email):
+            return existing
+        # the world's default workspace, never used: the set-up's identity replaces it
+        for model in (SlackMember, SlackChannel, SlackUser):
+            ctx.session.execute(delete(model).where(model.world_id == ctx.world_id))
+        ctx.session.delete(existing)
+        ctx.session.flush()
     meta = SlackMeta(
         world_id=ctx.world_id,
         team_id="T" + ctx.new_id(width=8).upper(),
@@ -93,6 +99,22 @@ def setup_workspace(
     _add_member(ctx, channel.id, agent["id"])
     ctx.session.flush()
     return meta
+
+
+DEFAULT_AGENT = "assistant@k3stack.test"
+
+
+def _pristine_default(ctx: WorldContext, meta: SlackMeta, wanted_email: str) -> bool:
+    """The default workspace every world starts with, untouched, while set-up asks for
+    another identity."""
+    agent = ctx.session.get(SlackUser, (ctx.world_id, meta.agent_user_id))
+    if agent is None or agent.email != DEFAULT_AGENT or wanted_email.lower() == DEFAULT_AGENT:
+        return False
+    users = ctx.session.scalars(select(SlackUser.id).where(SlackUser.world_id == ctx.world_id))
+    posted = ctx.session.scalar(
+        select(SlackMessage.ts).where(SlackMessage.world_id == ctx.world_id).limit(1)
+    )
+    return posted is None and list(users) == [meta.agent_user_id]
 
 
 def workspace(ctx: WorldContext) -> SlackMeta:

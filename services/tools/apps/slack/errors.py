@@ -9,16 +9,14 @@ back the world's session so a failed call leaves no partial write.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from services.tools.mcp.serial import run_world_call
+from services.tools.serial import world_route
 from shared.errors import APIError
 
 log = logging.getLogger("k3stack.tools.slack")
@@ -57,25 +55,24 @@ def to_slack_error(exc: Exception) -> SlackError:
     return SlackError("internal_error", status=500)
 
 
-def rollback_world(request: Request) -> None:
-    """Undo the world's uncommitted writes (the context dependency stored it on the request)."""
-    ctx = getattr(request.state, "world_ctx", None)
-    if ctx is not None:
-        ctx.session.rollback()
+def render(exc: Exception) -> JSONResponse:
+    """A failure in Slack's ``{"ok": false}`` style."""
+    err = to_slack_error(exc)
+    return JSONResponse(err.body(), status_code=err.status)
 
 
-class SlackRoute(APIRoute):
-    """An APIRoute whose failures come back in Slack's ``{"ok": false}`` style."""
+# Web API methods that only read (Slack takes them as POST too): answered, never committed.
+READ_METHODS = frozenset(
+    """api.test auth.test bots.info chat.getPermalink chat.scheduledMessages.list
+    conversations.history conversations.info conversations.list conversations.members
+    conversations.replies emoji.list files.info files.list pins.list reactions.get
+    reactions.list search.messages team.info users.conversations users.getPresence users.info
+    users.list users.lookupByEmail users.profile.get""".split()
+)
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
 
-        async def route(request: Request) -> Response:
-            try:
-                return await run_world_call(request, handler)
-            except Exception as exc:  # noqa: BLE001 - every failure becomes a Slack error body
-                rollback_world(request)
-                err = to_slack_error(exc)
-                return JSONResponse(err.body(), status_code=err.status)
+def is_read(request: Request) -> bool:
+    return request.url.path.rsplit("/", 1)[-1] in READ_METHODS
 
-        return route
+
+SlackRoute = world_route(render, reads=is_read)

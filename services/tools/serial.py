@@ -6,7 +6,9 @@ that read before another one committed ("database is locked", even across worlds
 app routes and the MCP endpoint run each call under a per-world asyncio lock (no thread is held
 while waiting) and re-run it, on a fresh session, when the database reports a conflict.
 
-Used by the Slack, Notion and Calendar route classes and by ``services.tools.mcp.routes``.
+:func:`world_route` makes the one route class every world-scoped route uses (the management
+routes and each app's, which only differ in how a failure is rendered); the MCP endpoint takes
+the lock directly.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.concurrency import run_in_threadpool
 
@@ -52,11 +55,12 @@ def backoff(attempt: int) -> float:
 
 
 async def run_world_call(
-    request: Request, handler: Callable[[Request], Awaitable[Response]]
+    request: Request, handler: Callable[[Request], Awaitable[Response]], read_only: bool = False
 ) -> Response:
-    """Run a route handler under its world's lock, commit before answering, retry conflicts.
-
-    The handler's context dependency leaves the session on ``request.state.world_ctx``.
+    """Run a route handler under its world's lock, commit before answering (roll back, for a
+    read: reads never change a world, even where an app fills in defaults on first use),
+    retry conflicts. The handler's context dependency leaves the session on
+    ``request.state.world_ctx``.
     """
     world_id = str(request.path_params.get("world_id", ""))
     for attempt in range(ATTEMPTS):
@@ -65,7 +69,8 @@ async def run_world_call(
                 response = await handler(request)
                 ctx = getattr(request.state, "world_ctx", None)
                 if ctx is not None:
-                    await run_in_threadpool(ctx.session.commit)
+                    end = ctx.session.rollback if read_only else ctx.session.commit
+                    await run_in_threadpool(end)
             return response
         except Exception as exc:
             if attempt == ATTEMPTS - 1 or not is_conflict(exc):
@@ -89,3 +94,41 @@ def retry_sync(fn: Callable[[], Any], rollback: Callable[[], None]) -> Any:
             rollback()
             time.sleep(backoff(attempt))
     raise AssertionError("unreachable")
+
+
+def rollback_world(request: Request) -> None:
+    """Undo the world's uncommitted writes (the context dependency stored it on the request)."""
+    ctx = getattr(request.state, "world_ctx", None)
+    if ctx is not None:
+        ctx.session.rollback()
+
+
+def is_http_read(request: Request) -> bool:
+    return request.method in ("GET", "HEAD", "OPTIONS")
+
+
+def world_route(
+    render: Callable[[Exception], Response] | None = None,
+    reads: Callable[[Request], bool] = is_http_read,
+) -> type[APIRoute]:
+    """A route class: each call runs under its world's lock, commits before answering (a
+    call ``reads`` says is a read rolls back instead) and is retried on a conflict; with
+    ``render``, a failure is rolled back and answered in the app's own error shape (without,
+    it propagates to the service's handlers)."""
+
+    class WorldScopedRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def route(request: Request) -> Response:
+                try:
+                    return await run_world_call(request, handler, read_only=reads(request))
+                except Exception as exc:
+                    if render is None:
+                        raise
+                    rollback_world(request)
+                    return render(exc)
+
+            return route
+
+    return WorldScopedRoute

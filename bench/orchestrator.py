@@ -1,0 +1,213 @@
+"""Orchestrator overhead and throughput.
+
+1. Per-step orchestration overhead (goal < 10 ms): an episode driven by a zero-latency scripted
+   model whose every turn calls one local tool (TodoWrite), run by the real EpisodeRunner on a
+   SQLite file — so each step costs the loop, argument validation, the tool, token counting and
+   the two commits (model turn, observation) that make it resumable. Baseline in the same run:
+   the bare loop with nothing persisted, printed as a ratio.
+2. Episodes per minute with 1 and 2 Celery workers: oracle episodes of a real scenario against
+   a real tools service (processes started here, stopped at the end), embedded SQLite broker.
+
+    python bench/orchestrator.py [--steps 200] [--episodes 6] [--scenario finance_expenses]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _turn(view):  # type: ignore[no-untyped-def]
+    from services.orchestrator.episode.policy import Turn
+
+    n = view.step
+    todo = [{"content": f"item {n}", "status": "in_progress", "activeForm": f"doing {n}"}]
+    return Turn(
+        tool_calls=[{"id": f"c{n}", "name": "TodoWrite", "arguments": json.dumps({"todos": todo})}],
+        usage={"prompt_tokens": 1, "completion_tokens": 1},
+    )
+
+
+def per_step(steps: int, tmp: Path) -> tuple[float, float]:
+    from services.orchestrator.context.compaction import Compactor
+    from services.orchestrator.context.tokens import ApproxTokenCounter
+    from services.orchestrator.db import open_database
+    from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime, initial_state
+    from services.orchestrator.episode.policy import ScriptedPolicy
+    from services.orchestrator.episode.runner import EpisodeRunner, Services
+    from services.orchestrator.episode.schema import EpisodeCreate
+    from services.orchestrator.episode.service import create_episode
+    from services.orchestrator.harness.config import load_harness
+    from services.orchestrator.tools.base import ToolSet
+    from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
+    from shared.settings import get_settings
+
+    policy = ScriptedPolicy(_turn)
+    # the bare loop: nothing persisted
+    harness = load_harness("claude-code")
+    harness.budgets.max_steps = steps
+    harness.budgets.steps_per_day = steps + 1
+    tools = ToolSet()
+    for key in harness.tools:
+        tools.add(CATALOGUE[key])
+    rt = Runtime(harness=harness, tools=tools, ctx=ToolContext(), policy=policy,
+                 compactor=Compactor(harness.context, harness.context.window,
+                                     ApproxTokenCounter(), policy.summarize, tools.specs()),
+                 journal=MemoryJournal())  # fmt: skip
+    state = initial_state("bench", "go")
+    loop = Loop(rt, state, lambda kind, body: None)
+    t = time.perf_counter()
+    while not loop.done:
+        loop.tick()
+    bare_ms = (time.perf_counter() - t) * 1000 / steps
+
+    db = open_database(f"sqlite:///{tmp}/bench.db")
+    db.migrate()
+    svc = Services(tools=None, sandbox=None, model=None, settings=get_settings(), objects=None)
+    body = EpisodeCreate.model_validate(
+        {"task": {"instruction": "go"}, "harness": "claude-code",
+         "budgets": {"max_steps": steps, "steps_per_day": steps + 1}}
+    )  # fmt: skip
+
+    def timed(n: int) -> float:
+        small = body.model_copy(deep=True)
+        small.budgets.max_steps = n
+        episode_id = create_episode(db, small, lambda _id: None)
+        runner = EpisodeRunner(db, svc, episode_id, policy=policy)
+        runner._counter = lambda request: ApproxTokenCounter()  # no model service here
+        t = time.perf_counter()
+        runner.run()
+        return (time.perf_counter() - t) * 1000 / n
+
+    timed(5)  # warm-up: imports, first connections
+    full_ms = timed(steps)
+    db.close()
+    return bare_ms, full_ms
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(argv, env=env, cwd=REPO, stdout=log.open("ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _wait_text(log: Path, text: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (log.read_text() if log.exists() else ""):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{log}: {text!r} not seen:\n{log.read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
+def throughput(workers: int, episodes: int, scenario: str, tmp: Path) -> float:
+    from services.orchestrator.db import open_database
+    from services.orchestrator.episode.models import EpisodeRow
+    from services.orchestrator.episode.schema import EpisodeCreate
+    from services.orchestrator.episode.service import create_episode
+    from shared.queue import make_celery, worker_argv
+    from shared.settings import load_settings
+
+    run = tmp / f"w{workers}"
+    run.mkdir()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("K3STACK_")}
+    port = _free_port()
+    env = {**base, "PYTHONPATH": str(REPO), "K3STACK_ENV_FILE": "/nonexistent",
+           "K3STACK_DATA_DIR": str(run), "K3STACK_AUTH_ENABLED": "false",
+           "K3STACK_DATABASE_URL": f"sqlite:///{run}/orch.db",
+           "K3STACK_BROKER_URL": f"sqla+sqlite:///{run}/broker.db",
+           "K3STACK_RESULT_BACKEND": f"db+sqlite:///{run}/results.db",
+           "K3STACK_TOOLS__URL": f"http://127.0.0.1:{port}",
+           "K3STACK_MODEL__URL": "http://127.0.0.1:9", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    tools_env = {**env, "K3STACK_DATA_DIR": str(run / "tools"),
+                 "K3STACK_DATABASE_URL": f"sqlite:///{run}/tools.db"}  # fmt: skip
+    procs = [_start([sys.executable, "-m", "services.tools", "--port", str(port)], tools_env,
+                    run / "tools.log")]  # fmt: skip
+    try:
+        _wait_text(run / "tools.log", "Application startup complete")
+        for i in range(workers):
+            argv = [sys.executable, *worker_argv("orchestrator", 1, "solo")]
+            argv[argv.index("-n") + 1] = f"orchestrator{i}@%h"
+            procs.append(_start(argv, env, run / f"worker{i}.log"))
+        for i in range(workers):
+            _wait_text(run / f"worker{i}.log", " ready.")
+        db = open_database(env["K3STACK_DATABASE_URL"])
+        db.migrate()
+        settings = load_settings(broker_url=env["K3STACK_BROKER_URL"],
+                                 result_backend=env["K3STACK_RESULT_BACKEND"])  # fmt: skip
+        app = make_celery("orchestrator", settings)
+        body = EpisodeCreate.model_validate(
+            {"task": {"scenario": scenario}, "harness": "claude-code", "policy": {"kind": "oracle"}}
+        )
+        t = time.perf_counter()
+        ids = [
+            create_episode(
+                db,
+                body,
+                lambda i: app.send_task("orchestrator.run_episode", args=[i], queue="orchestrator"),
+            )  # fmt: skip
+            for _ in range(episodes)
+        ]
+        while True:
+            with db.session() as s:
+                done = [s.get(EpisodeRow, i).status for i in ids]
+            if all(d in ("succeeded", "failed", "cancelled") for d in done):
+                break
+            time.sleep(0.2)
+        elapsed = time.perf_counter() - t
+        if any(d != "succeeded" for d in done):
+            raise SystemExit(f"episodes did not all succeed: {done}")
+        db.close()
+        return episodes / elapsed * 60
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--episodes", type=int, default=6)
+    parser.add_argument("--scenario", default="finance_expenses")
+    args = parser.parse_args()
+    os.environ.setdefault("K3STACK_ENV_FILE", "/nonexistent")
+    with tempfile.TemporaryDirectory(prefix="k3-bench-orch-") as tmp:
+        os.environ["K3STACK_DATA_DIR"] = tmp
+        bare, full = per_step(args.steps, Path(tmp))
+        print(f"per-step overhead, zero-latency model ({args.steps} steps):")
+        print(f"  bare loop (nothing persisted)      {bare:7.2f} ms/step")
+        print(f"  EpisodeRunner (SQLite, 1 commit)   {full:7.2f} ms/step  "
+              f"({full / bare:.1f}x the bare loop; goal < 10 ms)")  # fmt: skip
+        rates = {}
+        for workers in (1, 2):
+            rates[workers] = throughput(workers, args.episodes, args.scenario, Path(tmp))
+            print(f"episodes/min, {workers} worker(s), oracle {args.scenario}: "
+                  f"{rates[workers]:6.1f}")  # fmt: skip
+        print(f"  2 workers / 1 worker: {rates[2] / rates[1]:.2f}x (on {os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()

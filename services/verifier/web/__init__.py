@@ -1,0 +1,1 @@
+"""Web verifier: build and serve a candidate app in a sandbox, drive it with Chromium."""

@@ -1,0 +1,84 @@
+"""Web task format: ``tasks/<name>/task.yaml`` and a ``reference/`` app (static files).
+
+Each check is a list of Playwright steps. ``{word}`` in a step's text is replaced by a fresh
+random word per run (the same for the reference and the candidate), so text hard-coded in a
+page cannot match.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+TASKS_DIR = Path(__file__).parent / "tasks"
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: Literal[
+        "goto",
+        "click",
+        "type",
+        "press",
+        "expect_text",
+        "expect_count",
+        "expect_visible",
+        "screenshot",
+    ]
+    selector: str | None = None
+    path: str = "/"
+    text: str | None = None
+    key: str | None = None
+    equals: str | None = None
+    contains: str | None = None
+    count: int | None = Field(None, ge=0)
+    name: str | None = None
+
+    @property
+    def is_expectation(self) -> bool:
+        return self.action.startswith("expect_")
+
+
+class WebCheck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    steps: list[Step] = Field(min_length=1)
+
+
+class Weights(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    functional: float = 0.7
+    dom: float = 0.15
+    pixel: float = 0.15
+
+
+class WebTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    spec: str = Field(description="The prompt the agent built the app from.")
+    port: int = Field(
+        8080, ge=1024, le=65535, description="Port the app is served on in the sandbox."
+    )
+    viewport: tuple[int, int] = (800, 600)
+    checks: list[WebCheck] = Field(min_length=1)
+    weights: Weights = Field(default_factory=Weights)
+    build_timeout_s: float = 300.0
+
+    @property
+    def reference_dir(self) -> Path:
+        return TASKS_DIR / self.name / "reference"
+
+
+class UnknownWebTask(LookupError):
+    pass
+
+
+def load_web_task(name: str) -> WebTask:
+    path = TASKS_DIR / name / "task.yaml"
+    if not name.replace("_", "").isalnum() or not path.is_file():
+        known = sorted(p.parent.name for p in TASKS_DIR.glob("*/task.yaml"))
+        raise UnknownWebTask(f"no web task {name!r} (known: {', '.join(known)})")
+    return WebTask.model_validate(yaml.safe_load(path.read_text()))

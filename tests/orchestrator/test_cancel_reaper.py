@@ -1,0 +1,78 @@
+"""Cancellation and the reaper: a queued episode is cancelled at once, a running one at its
+next step (its world released); a lapsed lease is re-queued; leftovers are released."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import httpx
+
+from services.orchestrator.episode.models import EpisodeRow
+from services.orchestrator.episode.policy import ScriptedPolicy, Turn
+from services.orchestrator.episode.runner import EpisodeRunner, now_utc
+from services.orchestrator.episode.schema import EpisodeCreate
+from services.orchestrator.episode.service import create_episode, reap, request_cancel
+
+BODY = {"task": {"scenario": "finance_expenses"}, "harness": "claude-code",
+        "policy": {"kind": "oracle"}}  # fmt: skip
+
+
+def status(db, episode_id: str) -> EpisodeRow:
+    with db.session() as s:
+        row = s.get(EpisodeRow, episode_id)
+        s.expunge(row)
+        return row
+
+
+def test_cancel_queued_and_running(orch_db, services, tools_url) -> None:
+    queued = create_episode(orch_db, EpisodeCreate.model_validate(BODY), lambda _id: None)
+    assert request_cancel(orch_db, services, queued).status == "cancelled"
+    EpisodeRunner(orch_db, services, queued).run()  # a late delivery does nothing
+    assert status(orch_db, queued).state == {}
+
+    running = create_episode(orch_db, EpisodeCreate.model_validate(BODY), lambda _id: None)
+    gate, resume = threading.Event(), threading.Event()
+
+    def slow(view) -> Turn:  # holds the episode mid-way until the test has cancelled it
+        if view.step == 2:
+            gate.set()
+            resume.wait(60)
+        return Turn(tool_calls=[{"id": f"c{view.step}", "name": "TodoWrite", "arguments":
+                    '{"todos": []}'}])  # fmt: skip
+
+    runner = EpisodeRunner(orch_db, services, running, policy=ScriptedPolicy(slow))
+    t = threading.Thread(target=runner.run)
+    t.start()
+    assert gate.wait(120)
+    assert request_cancel(orch_db, services, running).cancel_requested
+    resume.set()
+    t.join(120)
+    row = status(orch_db, running)
+    assert row.status == "cancelled" and row.resources_released
+    assert row.state["step"] <= 4
+    assert httpx.get(f"{tools_url}/worlds/{row.world_id}", timeout=30).status_code == 404
+
+
+def test_reaper_requeues_a_lapsed_lease_and_releases_leftovers(orch_db, services) -> None:
+    lapsed = create_episode(orch_db, EpisodeCreate.model_validate(BODY), lambda _id: None)
+    with orch_db.session() as s:
+        row = s.get(EpisodeRow, lapsed)
+        row.status, row.worker = "running", "gone-host:1:1"
+        row.lease_expires_at = now_utc() - timedelta(seconds=1)
+    queued: list[str] = []
+    out = reap(orch_db, services, queued.append)
+    assert out["requeued"] == [lapsed] and queued == [lapsed]
+    assert status(orch_db, lapsed).status == "queued"
+    EpisodeRunner(orch_db, services, lapsed).run()  # the re-queued delivery
+    done = status(orch_db, lapsed)
+    assert done.status == "succeeded" and done.reward == 1.0 and done.attempts == 1
+
+    leftover = create_episode(orch_db, EpisodeCreate.model_validate(BODY), lambda _id: None)
+    world = services.tools.create_world("finance_expenses", 0)
+    with orch_db.session() as s:
+        row = s.get(EpisodeRow, leftover)
+        row.status, row.world_id = "failed", world.id
+    assert leftover in reap(orch_db, services, queued.append)["released"]
+    assert status(orch_db, leftover).resources_released
+    assert reap(orch_db, services, queued.append) == {"requeued": [], "released": []}

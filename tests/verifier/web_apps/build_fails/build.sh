@@ -1,0 +1,3 @@
+echo "compiling..."
+echo "error: cannot find module ./missing" >&2
+exit 1

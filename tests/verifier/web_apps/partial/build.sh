@@ -1,0 +1,2 @@
+mkdir -p dist
+cp src/index.html src/app.js dist/
