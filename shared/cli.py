@@ -48,8 +48,8 @@ def plugin_entry_points() -> dict[str, Any]:
 
 def _as_command(name: str, obj: Any) -> click.Command:
     if isinstance(obj, click.Command):
-        return obj
-    if isinstance(obj, typer.Typer):
+        command = obj  # listed and run under its entry-point name, whatever its own
+    elif isinstance(obj, typer.Typer):
         command = typer.main.get_command(obj)
     elif callable(obj):
         single = typer.Typer(add_completion=False)

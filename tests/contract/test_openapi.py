@@ -13,12 +13,9 @@ from openapi_spec_validator import validate
 from tests.helpers import openapi
 from tests.helpers.openapi import CONTRACTS, DRIFT_GUARDED, assert_no_drift, untyped_responses
 
-# Routes still answering a free-form body, while their owners type them: shrink this list,
-# never grow it (a typed route left listed fails the test too).
-UNTYPED_ALLOWED: dict[str, set[str]] = {
-    # being typed on branch i10-orch (response_model=shared.trajectory.Trajectory)
-    "orchestrator": {"GET /episodes/{episode_id}/trajectory"},
-}
+# Routes other services call that may still answer a free-form body (none left; it can only
+# shrink: a listed route that becomes typed fails the test until it is removed here).
+UNTYPED_ALLOWED: dict[str, set[str]] = {}
 
 
 @pytest.mark.parametrize("name", DRIFT_GUARDED)

@@ -46,6 +46,10 @@ class Relay:
     def stop(self) -> None:
         with self._lock:
             if self._listener is not None:
+                # shutdown() first: close() alone leaves a thread blocked in accept() holding
+                # the socket open, still listening, so new connections would get through.
+                with _quiet():
+                    self._listener.shutdown(socket.SHUT_RDWR)
                 self._listener.close()
                 self._listener = None
             for conn in self._conns:

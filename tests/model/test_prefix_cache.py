@@ -273,3 +273,20 @@ def test_random_conversation_trees_equal_cache_off(model, split_invariant_kda, n
 def test_random_conversation_trees_with_the_chunked_kernel(model):
     """The default chunked KDA kernel: same greedy outputs; logits within its own split noise."""
     assert compare_trees(model, "evicting", TREE_CASES[1][1]) <= 1e-4
+
+
+def test_a_hit_refreshes_only_what_it_used(model):
+    """A hit at a turn boundary leaves the deeper checkpoint of the same chain least recently
+    used, so it goes before another session's newer state (SGLang #31643 refreshed the chain)."""
+    eng = make(model)
+    cache = eng.prefix_cache
+    system = tokens(70, 20) + [TURN_END]
+    a = system + tokens(60, 21)
+    eng.generate(a, 1)  # checkpoints at 64 (turn, retained) and 128 (its latest)
+    b = tokens(100, 22)
+    eng.generate(b, 1)  # another session: checkpoint at 96
+    assert eng.generate(system + tokens(30, 23), 1).cached_tokens == 64
+    cache.evict(cache.pool.num_groups)  # room for one checkpoint
+    assert cache.lookup(a + [1])[0] == 64  # a's unused deeper state went first
+    assert cache.lookup(b + [1])[0] == 96
+    cache.check_invariants()

@@ -45,9 +45,9 @@ settings = "shadows a built-in"
 '''
 ENTRY_POINTS = """
 [k3stack.cli]
-run = k3stack_fake_plugin:app
-verify = k3stack_fake_plugin:verify
-harness = k3stack_fake_plugin:harness
+fake-run = k3stack_fake_plugin:app
+fake-verify = k3stack_fake_plugin:verify
+fake-harness = k3stack_fake_plugin:harness
 settings = k3stack_fake_plugin:settings
 broken = k3stack_fake_plugin_missing:app
 """
@@ -68,21 +68,22 @@ def fake_plugin(tmp_path, monkeypatch):
 
 
 def test_registered_commands_run(fake_plugin):
-    assert {"run", "verify", "harness", "broken"} <= set(plugin_entry_points())
+    # fake-* names: the real services register run, verify and harness themselves.
+    assert {"fake-run", "fake-verify", "fake-harness", "broken"} <= set(plugin_entry_points())
     runner = CliRunner()
-    out = runner.invoke(app, ["run", "start", "fix-test", "--seed", "3"])
+    out = runner.invoke(app, ["fake-run", "start", "fix-test", "--seed", "3"])
     assert out.exit_code == 0, out.output
     assert "episode fix-test seed 3" in out.output
-    out = runner.invoke(app, ["verify", "sub.tar"])
+    out = runner.invoke(app, ["fake-verify", "sub.tar"])
     assert out.exit_code == 0 and "verified sub.tar" in out.output
-    out = runner.invoke(app, ["harness"])
+    out = runner.invoke(app, ["fake-harness"])
     assert out.exit_code == 0 and "codex claude_code" in out.output
 
 
 def test_help_lists_them_and_builtins_win_a_clash(fake_plugin):
     out = CliRunner().invoke(app, ["--help"])
     assert out.exit_code == 0
-    for name in ("up", "down", "run", "verify", "harness"):
+    for name in ("up", "down", "fake-run", "fake-verify", "fake-harness"):
         assert name in out.output
     listed = CliRunner().invoke(app, ["settings"])  # the built-in, not the plugin's string
     assert listed.exit_code == 0 and "K3STACK_MODE" in listed.output
@@ -92,7 +93,7 @@ def test_a_broken_plugin_names_itself_and_leaves_the_rest_working(fake_plugin):
     out = CliRunner().invoke(app, ["broken"])
     assert out.exit_code != 0
     assert "'broken' command (k3stack_fake_plugin_missing:app) failed to load" in out.output
-    assert CliRunner().invoke(app, ["verify", "x"]).exit_code == 0
+    assert CliRunner().invoke(app, ["fake-verify", "x"]).exit_code == 0
 
 
 def test_cli_import_loads_no_plugin(fake_plugin):

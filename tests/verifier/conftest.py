@@ -9,7 +9,7 @@ import pytest
 from services.verifier.kernel import runner
 
 CANDIDATES = Path(__file__).parent / "candidates"
-SHORT = {"trials": 3, "iterations": 2, "warmups": 1}
+SHORT = {"trials": 3, "iterations": 1, "warmups": 1}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -32,7 +32,6 @@ CASES = [
     ("patched_timer", True, "timer_tampering"),
     ("patched_timer", False, "timer_tampering"),
     ("patched_harness_clock", True, "timer_tampering"),
-    ("patched_harness_clock", False, "timer_tampering"),
     ("reads_reference", True, "reads_reference_output"),
     ("mutates_input", True, "input_mutation"),
     ("beyond_roofline", False, "beyond_roofline"),
@@ -60,7 +59,7 @@ def test_harness_clock_attack_is_caught_by_the_outside_clock() -> None:
     result = verify_kernel(
         "softmax",
         candidate("softmax", "patched_harness_clock"),
-        timing_overrides=SHORT,
+        timing_overrides={"trials": 3, "iterations": 3, "warmups": 1},
         static_checks=False,
     )
     evidence = [d.evidence for d in result.detectors if d.detector == "timer_tampering"]

@@ -13,9 +13,9 @@ TIMED = {"trials": 3, "iterations": 5, "warmups": 2}
 
 @pytest.mark.slow
 def test_honest_candidates_rewarded_in_speed_order() -> None:
-    """slow = 20x the reference's work, fast = 4x the expert's, expert = the expert itself."""
+    """slow = 20x the reference's work, fast = 3x the expert's, expert = the expert itself."""
     slow, fast, expert = (
-        verify_kernel("kda_step", candidate("kda_step", n), timing_overrides=SHORT)
+        verify_kernel("kda_step", candidate("kda_step", n), timing_overrides=TIMED)
         for n in ("slow", "fast", "expert_copy")
     )
     for r in (slow, fast, expert):
@@ -23,7 +23,7 @@ def test_honest_candidates_rewarded_in_speed_order() -> None:
         assert r.timings is not None and "s(t)=ln(t_ref/t)" in r.reward_formula
     assert slow.reward == 0.0
     assert 0.0 < fast.reward < expert.reward
-    assert 0.35 < expert.reward < 0.65, expert.timings
+    assert 0.3 < expert.reward < 0.7, expert.timings
     assert slow.timings.candidate_s > fast.timings.candidate_s > expert.timings.candidate_s
 
 
@@ -63,7 +63,7 @@ def test_failing_candidates_get_zero(name: str, reason: str) -> None:
 @pytest.mark.slow
 def test_hanging_candidate_is_killed_and_the_caller_carries_on() -> None:
     hung = verify_kernel(
-        "softmax", candidate("softmax", "hang"), timing_overrides=SHORT, timeout_s=45
+        "softmax", candidate("softmax", "hang"), timing_overrides=SHORT, timeout_s=30
     )
     assert hung.reward == 0.0 and hung.reason.startswith("timeout"), hung.reason
     after = verify_kernel("softmax", candidate("softmax", "honest"), timing_overrides=SHORT)

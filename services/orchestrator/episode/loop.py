@@ -240,6 +240,7 @@ class Loop:
         else:
             s["pending"], s["pending_index"] = [], 0
             s["turn_ended"] = True
+            s["wake_at"] = turn.wake_at
 
     # -- tools --------------------------------------------------------------------------------
 
@@ -336,6 +337,8 @@ class Loop:
         events = w.client.events(w.id).events
         now = w.now()
         due = sorted(e.due_at for e in events if e.status == "due" and e.due_at is not None)
+        if s.get("wake_at"):  # the policy asked to be woken then (a scripted solver)
+            due = sorted([*due, max(datetime.fromisoformat(s.pop("wake_at")), now)])
         if not due or due[0] > w.end:
             if now < w.end:
                 w.client.advance(w.id, to=w.end.isoformat())

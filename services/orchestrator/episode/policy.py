@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
-
-from services.orchestrator.episode.oracle import OraclePlanner
 
 
 @dataclass
@@ -30,6 +29,7 @@ class Turn:
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     options: dict[str, Any] = field(default_factory=dict)  # request fields as sent
+    wake_at: str | None = None  # a scripted policy's next simulated time of interest
 
     def message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
@@ -180,37 +180,42 @@ def extractive_summary(messages: list[dict[str, Any]], sections: list[str]) -> s
 
 
 class OraclePolicy:
-    """One oracle tool call per turn; "done" when nothing that fired is left."""
+    """The tools service's oracle plan (``GET /scenarios/{name}/oracle``: MCP tool calls with
+    concrete arguments, each at a simulated time) played as this harness's own tool calls: one
+    call per turn once the world clock has reached its time; otherwise "done for now", asking
+    the loop to wake it at the next step's time. Its cursor is the index of the next step."""
 
     name = "oracle"
 
-    def __init__(
-        self, scenario: dict[str, Any], events: Callable[[], list[dict[str, Any]]]
-    ) -> None:
-        self.planner = OraclePlanner(scenario, events)
+    def __init__(self, plan: dict[str, Any], now: Callable[[], datetime]) -> None:
+        self.steps = plan["steps"]
+        self.now = now
         self.sections: list[str] = []
 
     def act(self, view: View) -> Turn:
-        last = view.messages[-1] if view.messages else {}
-        last_result = last.get("content") if last.get("role") == "tool" else None
-        call = self.planner.next_call(view.cursor, last_result)
-        if call is None:
+        i = view.cursor.get("next", 0)
+        while i < len(self.steps):
+            step = self.steps[i]
+            name = view.names.get(f"{step['app']}/{step['tool']}")
+            if name is None:  # a tool this episode does not offer: the step is skipped
+                view.cursor.setdefault("skipped", []).append(i)
+                i += 1
+                continue
+            at = datetime.fromisoformat(step["at"])
+            if at > self.now():
+                view.cursor["next"] = i
+                return Turn(content="Done for now.", options=view.options(), wake_at=step["at"])
+            view.cursor["next"] = i + 1
             return Turn(
-                content="Everything that has come in so far is handled. Done for now.",
+                tool_calls=[
+                    {"id": f"call_oracle_{i + 1}", "name": name,
+                     "arguments": json.dumps(step["arguments"])}
+                ],
+                finish_reason="tool_calls",
                 options=view.options(),
-            )
-        source, args = call
-        name = view.names.get(source)
-        if name is None:
-            return Turn(content=f"(the oracle needs {source}, which this episode does not have)")
-        n = view.cursor.get("calls", 0) + 1
-        view.cursor["calls"] = n
-        return Turn(
-            content="",
-            tool_calls=[{"id": f"call_oracle_{n}", "name": name, "arguments": json.dumps(args)}],
-            finish_reason="tool_calls",
-            options=view.options(),
-        )
+            )  # fmt: skip
+        view.cursor["next"] = i
+        return Turn(content="Everything is handled. Done for now.", options=view.options())
 
     def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
         return extractive_summary(messages, self.sections)

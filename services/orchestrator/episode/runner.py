@@ -335,8 +335,15 @@ class EpisodeRunner:
         spec = request.policy
         if spec.kind == "oracle":
             assert world is not None
-            scenario = self.svc.tools.scenario(request.task.scenario, request.task.seed)
-            return OraclePolicy(scenario.model_dump(mode="json"), world.events)
+            from shared.contracts.tools import OraclePlan
+
+            plan = OraclePlan.model_validate(
+                self.svc.tools.get_json(
+                    f"/scenarios/{request.task.scenario}/oracle",
+                    params={"seed": request.task.seed},
+                )
+            )
+            return OraclePolicy(plan.model_dump(mode="json"), world.now)
         base_url = spec.base_url or self.svc.model.openai_base_url
         api_key = spec.api_key or self.svc.settings.model.api_key
         return OpenAIPolicy(
