@@ -138,9 +138,11 @@ def run_sandboxed(
     argv = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        # The private /tmp first: the host binds then land on top of it, so a checkout (and its
+        # virtualenv) that lives under /tmp stays visible inside the sandbox.
+        "--size", str(tmp_bytes), "--tmpfs", "/tmp",
         *_host_binds(),
         "--proc", "/proc", "--dev", "/dev",
-        "--size", str(tmp_bytes), "--tmpfs", "/tmp",
         "--ro-bind", str(staging), "/k3s",
         "--chdir", "/tmp", "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
