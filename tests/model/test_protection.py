@@ -23,7 +23,9 @@ from tests.model.conftest import model_settings, running
 
 
 def _engine(url: str) -> dict:
-    return httpx.get(url + "/health", timeout=30).json()["checks"]["engine"]
+    engine = httpx.get(url + "/health", timeout=30).json()["checks"]["engine"]
+    assert "error" not in engine, engine
+    return engine
 
 
 def _wait(cond: Callable[[], bool], what: str, deadline_s: float = 60.0) -> None:

@@ -119,8 +119,17 @@ class Scheduler:
     def class_readings(self) -> dict[str, float]:
         """Per admission class: requests waiting now, admitted, and request-steps spent waiting."""
         out: dict[str, float] = {}
+        if not self.classes:  # admission classes off: nothing per class to read
+            return out
         waiting = [0] * len(self.classes)
-        for req in self.waiting:
+        queued: tuple[SchedRequest, ...] = ()
+        for _ in range(100):  # /health reads this while the engine thread changes the queue
+            try:
+                queued = tuple(self.waiting)
+                break
+            except RuntimeError:  # mutated mid-copy: copy again
+                continue
+        for req in queued:
             waiting[self.class_of(req)] += 1
         for k in range(len(self.classes)):
             out[f"class{k}_waiting"] = waiting[k]
