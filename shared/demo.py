@@ -1,8 +1,9 @@
-"""The smoke flow behind ``k3stack demo`` / ``make demo``: start the platform, touch every
-service over HTTP through the shared clients (nothing else: ``shared`` never imports
-``services``), say what each step did, stop.
-
-It becomes the orchestrator's main job (an episode end to end) once that service lands.
+"""``k3stack demo`` / ``make demo``: start the platform, touch every service over HTTP through
+the shared clients (nothing else: ``shared`` never imports ``services``), then run the main job —
+a multi-day scenario end to end as an orchestrator episode (oracle policy, claude-code preset,
+a microVM sandbox), its score table and HTML report, and a short episode of the same scenario
+driven by a model (the tiny K3 model of the model service, whose random-weights tool calls
+become error observations; or the OpenAI-compatible endpoint in ``K3STACK_DEMO_MODEL_URL``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
 from shared.clients import (
     ModelClient,
@@ -24,7 +26,10 @@ from shared.clients import (
     ToolsClient,
     VerifierClient,
 )
+from shared.contracts.orchestrator import Episode, EpisodeCreate
 from shared.settings import load_settings
+
+DEMO_SCENARIO = "hr_onboarding"
 
 console = Console()
 
@@ -145,7 +150,78 @@ def smoke() -> bool:
             return f"sees {len(healthy)}/{len(p.services)} other services healthy"
 
         results.append(_step("orchestrator: check the platform over HTTP", platform))
+        results.append(
+            _step(
+                f"main job: {DEMO_SCENARIO} end to end, oracle policy, claude-code, microVM",
+                lambda: _oracle_episode(orch, settings.data_dir),
+            )
+        )
+        results.append(
+            _step("main job: the same scenario driven by a model", lambda: _model_episode(orch))
+        )
     return all(results)
+
+
+def _wait_episode(orch: OrchestratorClient, episode_id: str, timeout_s: float) -> Episode:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ep = orch.episode(episode_id)
+        if ep.status in ("succeeded", "failed", "cancelled"):
+            return ep
+        if time.monotonic() > deadline:
+            orch.cancel_episode(episode_id)
+            raise TimeoutError(f"episode {episode_id} still {ep.status} after {timeout_s:.0f}s")
+        time.sleep(0.5)
+
+
+def _oracle_episode(orch: OrchestratorClient, data_dir: Path) -> str:
+    body = {
+        "task": {"scenario": DEMO_SCENARIO, "seed": 1, "sandbox_template": "busybox"},
+        "harness": "claude-code",
+        "policy": {"kind": "oracle"},
+    }
+    ep = _wait_episode(orch, orch.create_episode(EpisodeCreate.model_validate(body)).id, 900)
+    if ep.status != "succeeded":
+        raise RuntimeError(f"episode {ep.id} {ep.status}: {ep.error_code} {ep.error_message}")
+    table = Table(title=f"{DEMO_SCENARIO} (seed 1) — per-event score", show_lines=False)
+    for column in ("event", "title", "verdict"):
+        table.add_column(column)
+    for r in ep.results:
+        verdict = "[green]pass[/]" if r.passed else f"[red]{r.status}[/]"
+        table.add_row(r.event_id, r.title or "", verdict)
+    console.print(table)
+    report = data_dir / "reports" / f"{ep.id}.html"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_bytes(orch.request("GET", f"/episodes/{ep.id}/report").content)
+    return (
+        f"episode {ep.id}: {ep.events_passed}/{ep.events_total} events, reward {ep.reward}, "
+        f"{ep.step} steps over {ep.simulated_day + 1} simulated days; report {report}"
+    )
+
+
+def _model_episode(orch: OrchestratorClient) -> str:
+    url = os.environ.get("K3STACK_DEMO_MODEL_URL")
+    policy: dict[str, object] = {"kind": "openai"}
+    if url:
+        policy |= {"base_url": url, "api_key": os.environ.get("K3STACK_DEMO_MODEL_KEY")}
+        if os.environ.get("K3STACK_DEMO_MODEL"):
+            policy["model"] = os.environ["K3STACK_DEMO_MODEL"]
+    body = {
+        "task": {"scenario": DEMO_SCENARIO, "seed": 1},
+        "harness": "claude-code",
+        "policy": policy,
+        "budgets": {
+            "max_steps": 8 if not url else 200,
+            "max_output_tokens": 64 if not url else None,
+        },
+    }
+    ep = _wait_episode(orch, orch.create_episode(EpisodeCreate.model_validate(body)).id, 900)
+    who = url or "the tiny K3 model (random weights: its tool calls are noise)"
+    return (
+        f"episode {ep.id} with {who}: {ep.status} ({ep.exit_reason}), {ep.step} steps, "
+        f"{ep.tokens} tokens, {ep.compactions} compactions, "
+        f"{ep.events_passed}/{ep.events_total} events"
+    )
 
 
 def run_demo(data_dir: Path | None = None, keep: bool = False) -> int:
