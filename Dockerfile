@@ -67,10 +67,16 @@ RUN groupadd --system --gid 10001 k3stack \
         --no-create-home --shell /usr/sbin/nologin k3stack \
     && install -d -o k3stack -g k3stack -m 0750 /var/lib/k3stack
 WORKDIR /var/lib/k3stack
+# One probe for every service image (inherited by each target): /health/live answers without an
+# API key, and slim images have no curl, so Python asks the port the service's own setting names
+# (K3STACK_IMAGE_SERVICE is set by each target, K3STACK_<SERVICE>__PORT beside it).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; s = os.environ['K3STACK_IMAGE_SERVICE'].upper(); urllib.request.urlopen('http://127.0.0.1:' + os.environ[f'K3STACK_{s}__PORT'] + '/health/live', timeout=4)"]
 
 # ---- model :8000 -------------------------------------------------------------------------------
 FROM base AS model
-ENV K3STACK_MODEL__HOST=0.0.0.0 \
+ENV K3STACK_IMAGE_SERVICE=model \
+    K3STACK_MODEL__HOST=0.0.0.0 \
     K3STACK_MODEL__PORT=8000
 RUN --mount=type=bind,from=deps-model,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels /wheels/*.whl
@@ -78,14 +84,12 @@ RUN --mount=type=bind,from=code,source=/code,target=/code \
     pip install --no-index --no-deps /code/*.whl
 USER 10001:10001
 EXPOSE 8000
-# /health/live answers without an API key; slim images have no curl, so Python asks.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('K3STACK_MODEL__PORT', '8000') + '/health/live', timeout=4)"]
 CMD ["python", "-m", "services.model"]
 
 # ---- sandbox :8001 -----------------------------------------------------------------------------
 FROM base AS sandbox
-ENV K3STACK_SANDBOX__HOST=0.0.0.0 \
+ENV K3STACK_IMAGE_SERVICE=sandbox \
+    K3STACK_SANDBOX__HOST=0.0.0.0 \
     K3STACK_SANDBOX__PORT=8001 \
     K3STACK_SANDBOX__CACHE_DIR=/var/cache/k3stack
 # Everything the microvm runtime needs on its host (QEMU, static busybox, cpio, gcc for the static
@@ -106,13 +110,12 @@ RUN --mount=type=bind,from=code,source=/code,target=/code \
 # so root must own what it writes (without CAP_DAC_OVERRIDE it cannot write uid 10001's dirs).
 RUN chown root:root /var/lib/k3stack
 EXPOSE 8001
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('K3STACK_SANDBOX__PORT', '8001') + '/health/live', timeout=4)"]
 CMD ["python", "-m", "services.sandbox"]
 
 # ---- tools :8002 -------------------------------------------------------------------------------
 FROM base AS tools
-ENV K3STACK_TOOLS__HOST=0.0.0.0 \
+ENV K3STACK_IMAGE_SERVICE=tools \
+    K3STACK_TOOLS__HOST=0.0.0.0 \
     K3STACK_TOOLS__PORT=8002
 RUN --mount=type=bind,from=deps-tools,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels /wheels/*.whl
@@ -120,13 +123,12 @@ RUN --mount=type=bind,from=code,source=/code,target=/code \
     pip install --no-index --no-deps /code/*.whl
 USER 10001:10001
 EXPOSE 8002
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('K3STACK_TOOLS__PORT', '8002') + '/health/live', timeout=4)"]
 CMD ["python", "-m", "services.tools"]
 
 # ---- verifier :8003 ----------------------------------------------------------------------------
 FROM base AS verifier
-ENV K3STACK_VERIFIER__HOST=0.0.0.0 \
+ENV K3STACK_IMAGE_SERVICE=verifier \
+    K3STACK_VERIFIER__HOST=0.0.0.0 \
     K3STACK_VERIFIER__PORT=8003
 # Debian's Chromium for the web verifier (K3STACK_VERIFIER__CHROMIUM_PATH=/usr/bin/chromium).
 ARG BROWSER_PACKAGES="chromium fonts-liberation"
@@ -139,13 +141,12 @@ RUN --mount=type=bind,from=code,source=/code,target=/code \
     pip install --no-index --no-deps /code/*.whl
 USER 10001:10001
 EXPOSE 8003
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('K3STACK_VERIFIER__PORT', '8003') + '/health/live', timeout=4)"]
 CMD ["python", "-m", "services.verifier"]
 
 # ---- orchestrator :8004 ------------------------------------------------------------------------
 FROM base AS orchestrator
-ENV K3STACK_ORCHESTRATOR__HOST=0.0.0.0 \
+ENV K3STACK_IMAGE_SERVICE=orchestrator \
+    K3STACK_ORCHESTRATOR__HOST=0.0.0.0 \
     K3STACK_ORCHESTRATOR__PORT=8004
 RUN --mount=type=bind,from=deps-orchestrator,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels /wheels/*.whl
@@ -153,6 +154,4 @@ RUN --mount=type=bind,from=code,source=/code,target=/code \
     pip install --no-index --no-deps /code/*.whl
 USER 10001:10001
 EXPOSE 8004
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('K3STACK_ORCHESTRATOR__PORT', '8004') + '/health/live', timeout=4)"]
 CMD ["python", "-m", "services.orchestrator"]

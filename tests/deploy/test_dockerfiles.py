@@ -147,12 +147,14 @@ def test_port_command_and_healthcheck(service: str) -> None:
     assert ("EXPOSE", str(port)) in ins
     cmd = [exec_form(a) for k, a in ins if k == "CMD"]
     assert cmd == [["python", "-m", f"services.{service}"]]
-    health = [a for k, a in ins if k == "HEALTHCHECK"]
-    assert len(health) == 1
-    check = exec_form(health[0].split(" CMD ", 1)[1])
+    # One HEALTHCHECK, in base, inherited by every target; it probes the port named by the
+    # target's own K3STACK_<SERVICE>__PORT, found through K3STACK_IMAGE_SERVICE.
+    assert not any(k == "HEALTHCHECK" for k, _ in ins)
+    check = _healthcheck_command(service)
     assert check[:2] == ["python", "-c"] and "/health/live" in check[2]
-    assert f"K3STACK_{service.upper()}__PORT" in check[2] and f"'{port}'" in check[2]
+    assert "K3STACK_IMAGE_SERVICE" in check[2] and "__PORT" in check[2]
     env = " ".join(a for k, a in ins if k == "ENV")
+    assert f"K3STACK_IMAGE_SERVICE={service}" in env
     assert f"K3STACK_{service.upper()}__HOST=0.0.0.0" in env
     assert f"K3STACK_{service.upper()}__PORT={port}" in env
     base_env = " ".join(a for k, a in stages()["base"] if k == "ENV")
@@ -280,8 +282,16 @@ def _free_port() -> int:
 
 
 def _healthcheck_command(service: str) -> list[str]:
-    health = next(a for k, a in stages()[service] if k == "HEALTHCHECK")
-    return exec_form(health.split(" CMD ", 1)[1])
+    """The HEALTHCHECK a target's image carries: its own, else the one its FROM stage has."""
+    st = stages()
+    stage = service
+    while True:
+        health = [a for k, a in st[stage] if k == "HEALTHCHECK"]
+        if health:
+            assert len(health) == 1, stage
+            return exec_form(health[0].split(" CMD ", 1)[1])
+        stage = st[stage][0][1]
+        assert stage in st, f"{service} carries no HEALTHCHECK"
 
 
 def test_image_healthcheck_command_against_a_live_service(tmp_path: Path) -> None:
@@ -291,6 +301,7 @@ def test_image_healthcheck_command_against_a_live_service(tmp_path: Path) -> Non
         "K3STACK_DATA_DIR": str(tmp_path),
         "K3STACK_MODE": "local",  # deployed-mode start-up refusals: tests/deploy/test_refusals.py
         "K3STACK_TOOLS__PORT": str(port),
+        "K3STACK_IMAGE_SERVICE": "tools",  # the tools target's ENV
         "K3STACK_DATABASE_URL": f"sqlite:///{tmp_path / 'k3stack.db'}",
     }
     check = [sys.executable if c == "python" else c for c in _healthcheck_command("tools")]
