@@ -195,6 +195,7 @@ def runtime_part(n: int, mem: int, work: Path) -> None:
             "older way: every non-zero page copied into a new file")  # fmt: skip
         rec("BASELINE copying restore to first exec", first)
         copying.destroy(r)
+    fork_memory(copying, chain, store, work, "BASELINE copying restore")
     copying.close()
     fork_part(rt, h, chain, store, work, want, n)
     rt.pool_size = 0
@@ -214,29 +215,44 @@ def fork_part(rt, h, chain, store, work, want, n) -> None:  # type: ignore[no-un
         for k in kids:
             check(rt, k, want)
             rt.destroy(k)
-    # memory: one child alone vs three together, each after the same exec
+    fork_memory(rt, chain, store, work, "copy-on-write restore")
+
+
+def host_kib(handles) -> int:  # type: ignore[no-untyped-def]
+    """Host memory a set of VMs holds, KiB: each QEMU's private pages (heap, TCG code, guest
+    pages it wrote) plus the allocated size of their memory files, each file once."""
+    total, inodes = 0, {}
+    for h in handles:
+        m = mem_of(h.pid)
+        total += m["Private_Clean"] + m["Private_Dirty"]
+        st = Path(h.data["mem_path"]).stat()
+        inodes[st.st_ino] = st.st_blocks // 2
+    return total + sum(inodes.values())
+
+
+def fork_memory(rt, chain, store, work, label: str) -> None:  # type: ignore[no-untyped-def]
+    """One child alone vs three together, each after the same exec."""
     one = rt.restore("bench-one", chain, store, work / "one")
     rt.exec(one, CAT)
-    alone = mem_of(one.pid)
+    alone, alone_host = mem_of(one.pid), host_kib([one])
     rt.destroy(one)
     kids = [rt.restore(f"bench-k{j}", chain, store, work / f"k{j}") for j in range(3)]
     for k in kids:
         rt.exec(k, CAT)
-    together = [mem_of(k.pid) for k in kids]
+    together, together_host = [mem_of(k.pid) for k in kids], host_kib(kids)
     for k in kids:
         rt.destroy(k)
-    base = rt.bases.path(chain[-1].id)
     mib = 1 / 1024
-    print(f"\nfork x3 memory (KiB from smaps_rollup of each QEMU; base file {base.name}):")
-    print(f"  one child alone:     RSS {alone['Rss'] * mib:6.1f} MiB  PSS {alone['Pss'] * mib:6.1f}"
-          f"  shared {(alone['Shared_Clean'] + alone['Shared_Dirty']) * mib:5.1f}")  # fmt: skip
-    print(f"  3 x one child:       RSS {3 * alone['Rss'] * mib:6.1f} MiB  PSS "
-          f"{3 * alone['Pss'] * mib:6.1f}")  # fmt: skip
     rss, pss = sum(m["Rss"] for m in together), sum(m["Pss"] for m in together)
-    print(f"  3 children together: RSS {rss * mib:6.1f} MiB (sum, shared pages counted 3x)"
-          f"  PSS {pss * mib:6.1f} MiB (sum = their real combined footprint)")  # fmt: skip
-    print(f"  each child's private pages: {[round(m['Private_Dirty'] * mib, 1) for m in together]}"
-          " MiB (QEMU heap, TCG code buffer, guest pages it wrote)")  # fmt: skip
+    print(f"\nfork x3 memory, {label} (MiB; smaps_rollup of each QEMU):", flush=True)
+    print(f"  one child alone:     host {alone_host * mib:6.1f}  RSS {alone['Rss'] * mib:6.1f}"
+          f"  PSS {alone['Pss'] * mib:6.1f}")  # fmt: skip
+    print(f"  3 x one child:       host {3 * alone_host * mib:6.1f}  RSS {3 * alone['Rss'] * mib:6.1f}"
+          f"  PSS {3 * alone['Pss'] * mib:6.1f}")  # fmt: skip
+    print(f"  3 children together: host {together_host * mib:6.1f}  RSS {rss * mib:6.1f}"
+          f"  PSS {pss * mib:6.1f}")  # fmt: skip
+    print("  host = private pages of the QEMUs + their memory files, each file once; RSS sums"
+          " count a page shared by 3 QEMUs 3 times, PSS once")  # fmt: skip
 
 
 def pause_part(rt, chain, store, work, want, n) -> None:  # type: ignore[no-untyped-def]

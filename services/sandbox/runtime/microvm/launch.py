@@ -164,13 +164,13 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
     privately (``link_base(base, path)`` gives the VM its link to it); else a new sparse
     file shared with this process."""
     tag = uuid.uuid4().hex[:12]
-    sock_dir = short_dir(tag)
     mem_path = shm_dir() / f"{tag}.mem"
     if base is not None:
         assert link_base is not None
-        link_base(base, mem_path)
+        link_base(base, mem_path)  # FileNotFoundError: the base is gone
     else:
         new_memory_file(mem_path, spec.memory_mb << 20)
+    sock_dir = short_dir(tag)
     cmd = qemu_cmdline(image, spec, accel, sock_dir, mem_path, incoming, disk,
                        share=base is None, pids_max=pids_max)  # fmt: skip
     proc = subprocess.Popen(

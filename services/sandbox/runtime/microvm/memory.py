@@ -22,9 +22,11 @@ copies are read from ``/proc/<pid>/mem`` (this needs ptrace rights over QEMU: it
 root), and every other page is the base's, whose hash is in the base checkpoint's page map. So
 a checkpoint of a restored VM reads and hashes only what the guest wrote since the restore.
 
-Bases cost RAM (tmpfs) while they exist: :meth:`BaseFiles.collect` removes those no VM links
-any more and nobody restored from for the grace period (they are a cache; a later restore
-assembles the base again).
+Bases cost RAM (tmpfs) while they exist. They are a cache (a later restore assembles a base
+again): at most ``keep_unused`` that no VM maps are kept, the least recently restored go
+first, and :meth:`BaseFiles.collect` (garbage collection) removes unused ones past the grace
+period. Another process may remove a base between a restore's ``ensure`` and its ``link``
+(the restore then assembles it again).
 """
 
 from __future__ import annotations
@@ -51,6 +53,17 @@ def shm_dir() -> Path:
     d = base / "k3stack"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def can_read_children() -> bool:
+    """Whether this process may read the memory of QEMUs it starts (``/proc/<pid>/mem``):
+    root, or Yama's ``ptrace_scope`` at most 1 (a parent may read its children)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text()) <= 1
+    except (OSError, ValueError):
+        return True  # no Yama: classic ptrace rules, same uid
 
 
 def new_memory_file(path: Path, size: int) -> None:
@@ -189,8 +202,11 @@ def _read_exact(fd: int, view: memoryview, offset: int) -> None:
 class BaseFiles:
     """Base memory files, one per restored checkpoint, assembled once (see module docstring)."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, keep_unused: int = 4) -> None:
+        """``keep_unused``: bases no VM maps that are kept for later restores (most recently
+        used first); assembling another evicts the oldest beyond it."""
         self.root = root or shm_dir() / "base"
+        self.keep_unused = keep_unused
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
 
@@ -222,7 +238,23 @@ class BaseFiles:
                 tmp.unlink(missing_ok=True)
         with self._lock:
             self._building.pop(checkpoint_id, None)
+        self._evict(keep=path)
         return True
+
+    def _unused(self) -> list[tuple[float, Path, os.stat_result]]:
+        """Bases no VM links (one name: the base's own), oldest use first."""
+        out = []
+        for path in self.root.glob("*.mem"):
+            with contextlib.suppress(FileNotFoundError):
+                st = path.stat()
+                if st.st_nlink == 1:
+                    out.append((st.st_mtime, path, st))
+        return sorted(out)
+
+    def _evict(self, keep: Path) -> None:
+        unused = [u for u in self._unused() if u[1] != keep]
+        for _, path, _ in unused[: max(0, len(unused) + 1 - self.keep_unused)]:
+            path.unlink(missing_ok=True)
 
     def link(self, checkpoint_id: str, dest: Path) -> None:
         """Give a VM its own name for the base (QEMU maps the same inode, shared pages)."""
@@ -234,14 +266,10 @@ class BaseFiles:
             return 0, 0
         files = freed = 0
         cutoff = time.time() - grace_s
-        for path in self.root.glob("*.mem"):
-            try:
-                st = path.stat()
-                if st.st_nlink > 1 or st.st_mtime > cutoff:
-                    continue
-                path.unlink()
-            except FileNotFoundError:
-                continue
+        for mtime, path, st in self._unused():
+            if mtime > cutoff:
+                break
+            path.unlink(missing_ok=True)
             files += 1
             freed += st.st_blocks * 512
         return files, freed
@@ -249,6 +277,7 @@ class BaseFiles:
 
 __all__ = [
     "BaseFiles",
+    "can_read_children",
     "PrivateMemory",
     "SharedMemory",
     "new_memory_file",

@@ -88,7 +88,12 @@ from services.sandbox.runtime.microvm.launch import (
     kill_vm,
     launch,
 )
-from services.sandbox.runtime.microvm.memory import BaseFiles, PrivateMemory, SharedMemory
+from services.sandbox.runtime.microvm.memory import (
+    BaseFiles,
+    PrivateMemory,
+    SharedMemory,
+    can_read_children,
+)
 from services.sandbox.runtime.microvm.qmp import QMPClient, QMPError
 from shared.settings import get_settings
 
@@ -138,11 +143,12 @@ class MicroVMRuntime(Runtime):
         """``accel``: ``kvm``, ``tcg``, or None/``auto`` (a boot probe decides); ``pids_max``:
         processes the guest's commands may have at once (the agent's cgroup limit);
         ``cow_restore``: restores map the checkpoint's base file copy-on-write (False: copy
-        the checkpoint's pages into a new shared file per restore, the older way)."""
+        the checkpoint's pages into a new shared file per restore, the older way; also what
+        happens where this process may not read its QEMUs' memory, see ``memory.py``)."""
         self.root = Path(root) if root else sandbox_cache_dir() / "vms"
         self._accel = None if accel in (None, "auto") else accel
         self.pids_max = pids_max
-        self.cow_restore = cow_restore
+        self.cow_restore = cow_restore and can_read_children()
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
         self._pagestores: dict[int, PageStore] = {}
@@ -576,13 +582,19 @@ class MicroVMRuntime(Runtime):
         if ck.runtime_data.get("disk"):
             disk = disks.materialize_disk(ck.runtime_data["disk"], store, workdir, self.root)
         t1 = time.perf_counter()
-        base, assembled = None, False
+        base, assembled = (ck.id if self.cow_restore else None), False
         try:
-            if self.cow_restore:
-                assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
-                base = ck.id
-            t2 = time.perf_counter()
-            vm, pooled = self._take_vm(image, ck.spec, accel, disk.active if disk else None, base)
+            for attempt in range(3):
+                if base is not None:
+                    assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
+                t2 = time.perf_counter()
+                try:
+                    vm, pooled = self._take_vm(image, ck.spec, accel,
+                                               disk.active if disk else None, base)  # fmt: skip
+                    break
+                except FileNotFoundError:  # another process evicted the base meanwhile
+                    if attempt == 2:
+                        raise
         except Exception:
             if disk:
                 disks.remove_disk(disk)
@@ -597,6 +609,7 @@ class MicroVMRuntime(Runtime):
             else:
                 memory = PrivateMemory(vm.proc.pid, vm.mem_path, ck.memory_bytes,
                                        ck.page_map_key or "")  # fmt: skip
+                memory.check_access()  # its checkpoints must be able to read it
             t4 = time.perf_counter()
             agent, guest_stats = self._resume_guest(vm, state)
             t5 = time.perf_counter()
