@@ -174,8 +174,9 @@ def runtime_part(n: int, mem: int, work: Path) -> None:
             time.sleep(0.05)
         r, hello, first, tb0 = restore_checked(rt, "bench-w", chain, store, work, want)
         st = r.data["restore_stats"]
-        assert st["pooled"] and st["hellos"] == 1, st
-        rec("restore to hello (warm pool)", hello, "hello answered first time, every run")
+        assert st["pooled"], st
+        rec("restore to hello (warm pool)", hello)
+        rec("  hellos sent (1 = the first was answered)", st["hellos"])
         rec("  of which device state load", st["device_state_ms"])
         rec("  of which cont -> agent hello", st["hello_ms"])
         rec("restore to first exec (warm pool)", first)
@@ -390,7 +391,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'operation':62s} {'median':>9s}   (load avg now {os.getloadavg()[0]:.1f})")
     for k, v in res.items():
-        unit = "" if "TCG blocks" in k else " ms"
+        unit = "" if "TCG blocks" in k or "hellos" in k else " ms"
         print(f"{k:62s} {statistics.median(v):9.1f}{unit}  {notes.get(k, '')}")
     print(f"\n{'checkpoint bytes':62s} {'median':>9s}")
     for k, v in nbytes.items():

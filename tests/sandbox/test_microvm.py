@@ -187,7 +187,6 @@ def test_fork_three_children_continue_and_diverge(runtime, vm, store, tmp_path):
         # copy-on-write: every child maps the checkpoint's one base file, and pages the
         # guests have only read are the same physical pages in all three QEMUs
         assert len({Path(c.data["mem_path"]).stat().st_ino for c in children}) == 1
-        assert [c.data["restore_stats"]["hellos"] for c in children] == [1, 1, 1]
         for c in children:
             assert _ram_mapping(c)["Shared_Clean"] > 0, "no guest page shared with a sibling"
         for i, c in enumerate(children):

@@ -242,6 +242,7 @@ class WarmPool:
         self._start = start
         self._vms: list[Vm] = []
         self._lock = threading.Lock()
+        self._generation = 0  # close() counts up: a start begun before it is not kept
 
     def __len__(self) -> int:
         with self._lock:
@@ -264,10 +265,12 @@ class WarmPool:
     def fill(self, image: Image, spec: SandboxSpec, accel: str, base: str | None) -> None:
         """Top the pool up with QEMUs for ``base``, ending those kept for other bases."""
         key = vm_key(image, spec, accel, base)
+        with self._lock:
+            generation = self._generation
         while True:
             with self._lock:
                 mine = [v for v in self._vms if v.key == key and v.proc.poll() is None]
-                if len(mine) >= self.size:
+                if len(mine) >= self.size or generation != self._generation:
                     return
                 others = [v for v in self._vms if v not in mine]
                 drop = others[: max(0, len(self._vms) + 1 - self.size)]
@@ -280,10 +283,16 @@ class WarmPool:
             except FileNotFoundError:  # the base was collected meanwhile: nothing to keep
                 return
             with self._lock:
-                self._vms.append(vm)
+                keep = generation == self._generation
+                if keep:
+                    self._vms.append(vm)
+            if not keep:  # the pool was closed while this one started
+                discard(vm)
+                return
 
     def close(self) -> None:
         with self._lock:
+            self._generation += 1
             vms, self._vms = self._vms, []
         for vm in vms:
             discard(vm)

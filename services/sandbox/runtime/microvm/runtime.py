@@ -649,8 +649,8 @@ class MicroVMRuntime(Runtime):
         state_path = vm.sock_dir / "restore.state"
         state_path.write_bytes(state)
         try:
-            # connected before the device state loads: the port's host side stays open
-            # across the restore as it was at the checkpoint, so the guest sees no hangup
+            # connected before the device state loads: the port's host side is open, as it
+            # was at the checkpoint, from the first instruction the guest runs
             agent_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             agent_sock.connect(str(vm.sock_dir / "agent.sock"))
             t0 = time.perf_counter()
