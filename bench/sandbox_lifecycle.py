@@ -28,6 +28,7 @@ Busybox image, 256 MiB guest.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -104,9 +105,30 @@ def restore_checked(rt, name, chain, store, work, want) -> tuple:  # type: ignor
     return r, hello, first, tb0
 
 
+class BenchRuntime(MicroVMRuntime):
+    """Remembers every VM it made, so a failing run leaves no QEMU behind."""
+
+    made: list = []
+
+    def create(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.made.append(h := super().create(*args, **kwargs))
+        return h
+
+    def restore(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.made.append(h := super().restore(*args, **kwargs))
+        return h
+
+    @classmethod
+    def end_all(cls) -> None:
+        rt = MicroVMRuntime()
+        for h in cls.made:
+            with contextlib.suppress(Exception):
+                rt.destroy(h)
+
+
 def runtime_part(n: int, mem: int, work: Path) -> None:
     store = LocalObjectStore(work / "objects")
-    rt = MicroVMRuntime()
+    rt = BenchRuntime()
     ok, why = rt.available()
     if not ok:
         raise SystemExit(f"microvm unavailable: {why} (run scripts/setup_sandbox.sh)")
@@ -187,7 +209,7 @@ def runtime_part(n: int, mem: int, work: Path) -> None:
         rec("second exec after restore", since(t))
         rec("  TCG blocks translated by second exec", tb_count(rt, r) - tb1)
         rt.destroy(r)
-    copying = MicroVMRuntime(pool_size=1, cow_restore=False)
+    copying = BenchRuntime(pool_size=1, cow_restore=False)
     copying.prewarm(spec)
     for _ in range(n):
         while len(copying.pool) < 1:
@@ -388,6 +410,7 @@ def main() -> None:
         runtime_part(args.runs, args.memory_mb, work)
         api_part(args.runs, args.memory_mb, work)
     finally:
+        BenchRuntime.end_all()
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'operation':62s} {'median':>9s}   (load avg now {os.getloadavg()[0]:.1f})")
     for k, v in res.items():
