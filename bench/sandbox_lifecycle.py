@@ -109,6 +109,11 @@ class BenchRuntime(MicroVMRuntime):
     """Remembers every VM it made, so a failing run leaves no QEMU behind."""
 
     made: list = []
+    runtimes: list = []
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.runtimes.append(self)
 
     def create(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.made.append(h := super().create(*args, **kwargs))
@@ -124,6 +129,8 @@ class BenchRuntime(MicroVMRuntime):
         for h in cls.made:
             with contextlib.suppress(Exception):
                 rt.destroy(h)
+        for pooled in cls.runtimes:
+            pooled.close()
 
 
 def runtime_part(n: int, mem: int, work: Path) -> None:
