@@ -83,3 +83,9 @@ def test_unused_bases_are_evicted_oldest_first(base, tmp_path):  # type: ignore[
     files, freed = bases.collect(grace_s=0)
     assert files == 2 and freed >= 2 * (NPAGES - 10) * PAGE_SIZE  # holes take no space
     assert sorted(p.stem for p in bases.root.glob("*.mem")) == ["ck0"]
+    bases.ensure("d", base_map, ps, NPAGES * PAGE_SIZE)
+    bases.close()  # removes what it assembled unless a VM maps it
+    assert sorted(p.stem for p in bases.root.glob("*.mem")) == ["ck0"]
+    link.unlink()
+    bases.close()  # ck0 was assembled by this instance too; now unused
+    assert not list(bases.root.glob("*.mem"))

@@ -24,8 +24,8 @@ a checkpoint of a restored VM reads and hashes only what the guest wrote since t
 
 Bases cost RAM (tmpfs) while they exist. They are a cache (a later restore assembles a base
 again): at most ``keep_unused`` that no VM maps are kept, the least recently restored go
-first, and :meth:`BaseFiles.collect` (garbage collection) removes unused ones past the grace
-period. Another process may remove a base between a restore's ``ensure`` and its ``link``
+first, :meth:`BaseFiles.collect` (garbage collection) removes unused ones past the grace
+period, and a closing runtime removes the unused ones it assembled. Another process may remove a base between a restore's ``ensure`` and its ``link``
 (the restore then assembles it again).
 """
 
@@ -220,6 +220,7 @@ class BaseFiles:
         self.keep_unused = keep_unused
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
+        self._made: set[Path] = set()
 
     def path(self, checkpoint_id: str) -> Path:
         return self.root / f"{checkpoint_id}.mem"
@@ -249,6 +250,7 @@ class BaseFiles:
                 tmp.unlink(missing_ok=True)
         with self._lock:
             self._building.pop(checkpoint_id, None)
+            self._made.add(path)
         self._evict(keep=path)
         return True
 
@@ -270,6 +272,21 @@ class BaseFiles:
     def link(self, checkpoint_id: str, dest: Path) -> None:
         """Give a VM its own name for the base (QEMU maps the same inode, shared pages)."""
         os.link(self.path(checkpoint_id), dest)
+
+    def close(self) -> None:
+        """Remove the bases this instance assembled that no VM maps (the runtime is closing:
+        nothing is left in ``/dev/shm`` by a process that has ended)."""
+        with self._lock:
+            made = list(self._made)
+        for path in made:
+            try:
+                if path.stat().st_nlink > 1:
+                    continue  # still mapped: a later close or collect removes it
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            with self._lock:
+                self._made.discard(path)
 
     def collect(self, grace_s: float) -> tuple[int, int]:
         """Remove bases no VM links and unused for ``grace_s``: (files, bytes freed)."""

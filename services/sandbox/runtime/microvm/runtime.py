@@ -267,6 +267,7 @@ class MicroVMRuntime(Runtime):
 
     def close(self) -> None:
         self.pool.close()
+        self.bases.close()
 
     # ------------------------------------------------------------------ lifecycle
 
