@@ -76,6 +76,21 @@ def _wait_count_above(runtime, h, n: int) -> int:  # type: ignore[no-untyped-def
     return eventually(lambda: _count(runtime, h), lambda c: c > n, what=f"counter above {n}")
 
 
+def _ram_mapping(h) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """KiB figures of QEMU's mapping of the guest RAM file (``/proc/<pid>/smaps``)."""
+    out: dict[str, int] = {}
+    lines = Path(f"/proc/{h.pid}/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(h.data["mem_path"]):
+            for field in lines[i + 1 :]:
+                key, _, rest = field.partition(":")
+                if not rest.strip().endswith("kB"):
+                    break
+                out[key] = int(rest.split()[0])
+            return out
+    raise AssertionError(f"QEMU {h.pid} does not map {h.data['mem_path']}")
+
+
 def test_exec_and_files(runtime, vm):
     r = runtime.exec(vm, ExecRequest(argv=["echo", "hello"]))
     assert (r.exit_code, r.stdout) == (0, "hello\n")
@@ -105,6 +120,8 @@ def test_pause_resume_keeps_files_and_background_process(runtime, vm, store, tmp
     assert ck.nonzero_pages > 0 and ck.stored_bytes > 0
     copy = runtime.restore("vm-copy", [ck], store, tmp_path / "copy")
     ck2 = runtime.checkpoint(copy, ck, store)
+    # a restored VM's checkpoint reads the pages it wrote since the restore, not all of RAM
+    assert 0 < ck2.stats["dirty_pages"] < ck.nonzero_pages // 4
     runtime.stop(copy)
     assert not runtime.is_alive(copy)
     assert not Path(copy.data["mem_path"]).exists()  # no memory held while paused
@@ -167,6 +184,11 @@ def test_fork_three_children_continue_and_diverge(runtime, vm, store, tmp_path):
     try:
         for i in range(3):
             children.append(runtime.restore(f"child-{i}", [ck], store, tmp_path / f"c{i}"))
+        # copy-on-write: every child maps the checkpoint's one base file, and pages the
+        # guests have only read are the same physical pages in all three QEMUs
+        assert len({Path(c.data["mem_path"]).stat().st_ino for c in children}) == 1
+        for c in children:
+            assert _ram_mapping(c)["Shared_Clean"] > 0, "no guest page shared with a sibling"
         for i, c in enumerate(children):
             n = int(runtime.read_file(c, "/tmp/fork"))
             assert n >= at_fork - 1, (n, at_fork)  # continues from the parent's count

@@ -186,9 +186,11 @@ class AgentClient:
                     raise GuestAgentError(f"guest agent connection lost: {exc}") from exc
                 view = view[n:]
 
-    def sync(self, timeout_s: float = 10.0, retry_s: float = 0.25) -> None:
-        """Resynchronise the stream (see module docstring); retries until the guest answers."""
+    def sync(self, timeout_s: float = 10.0, retry_s: float = 0.25) -> int:
+        """Resynchronise the stream (see module docstring); retries until the guest answers.
+        Returns how many hellos were sent (1: the guest answered the first)."""
         deadline = time.monotonic() + timeout_s
+        sent = 0
         token = secrets.token_bytes(8)
         self._sync_event.clear()
         self._sync_token = token
@@ -200,9 +202,11 @@ class AgentClient:
             with contextlib.suppress(BlockingIOError, InterruptedError):
                 # never block: a booting guest does not read, and the buffer may be full
                 self._sock.send(frame("H", 0, tlv("t", token)), socket.MSG_DONTWAIT)
+                sent += 1
             self._sync_event.wait(retry_s)
         if self._closed:
             raise GuestAgentError("guest agent connection closed during sync")
+        return sent
 
     @contextlib.contextmanager
     def quiesce(self) -> Iterator[None]:

@@ -53,15 +53,27 @@ class QMPClient:
             if timeout_s is not None:
                 self._sock.settimeout(timeout_s)
             self._file.write(json.dumps(msg).encode() + b"\n")
-            while True:
-                reply = self._read()
-                if "event" in reply:
-                    self.events.append((reply["event"], reply.get("data")))
-                    continue
-                if "error" in reply:
-                    err = reply["error"]
-                    raise QMPError(f"{command}: {err.get('class')}: {err.get('desc')}")
-                return reply.get("return")
+            return self._return_of(command)
+
+    def _return_of(self, command: str) -> Any:
+        """Read up to the reply of ``command`` (lock held), recording events on the way."""
+        while True:
+            reply = self._read()
+            if "event" in reply:
+                self.events.append((reply["event"], reply.get("data")))
+                continue
+            if "error" in reply:
+                err = reply["error"]
+                raise QMPError(f"{command}: {err.get('class')}: {err.get('desc')}")
+            return reply.get("return")
+
+    def send_fd(self, name: str, fd: int) -> None:
+        """Hand QEMU a file descriptor (QMP ``getfd`` with the fd attached, SCM_RIGHTS); a
+        later command names it ``fd:<name>``."""
+        msg = json.dumps({"execute": "getfd", "arguments": {"fdname": name}}).encode() + b"\n"
+        with self._lock:
+            socket.send_fds(self._sock, [msg], [fd])
+            self._return_of("getfd")
 
     def wait_event(self, name: str, timeout_s: float = 10.0) -> Any:
         """Block until event ``name`` arrives (or was already seen since the last call)."""

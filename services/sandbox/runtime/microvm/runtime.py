@@ -1,36 +1,35 @@
 """The ``microvm`` runtime: QEMU ``-M microvm`` sandboxes with incremental memory checkpoints.
 
+This module is the :class:`~services.sandbox.runtime.base.Runtime` facade: sandbox lifecycle,
+checkpoint and restore. Its parts: ``launch`` (QEMU processes, command line, warm pool),
+``memory`` (guest RAM: shared files, copy-on-write bases, reading a VM's memory), ``disks``
+(qcow2 overlays and their layers), ``qmp`` (the QMP client).
+
 How a sandbox is laid out on the host:
 
-* **Guest RAM** is a ``memory-backend-file`` with ``share=on`` on a sparse file in
-  ``/dev/shm/k3stack`` (tmpfs). QEMU and this process map the same file, so the runtime reads
-  guest memory without copying it out of QEMU, and pages the guest never touched stay holes.
+* **Guest RAM**: a booted VM's RAM is a sparse file in ``/dev/shm/k3stack`` shared with this
+  process; a restored VM's RAM is a private copy-on-write mapping of its checkpoint's base
+  file, shared page for page with every other VM restored from the same checkpoint
+  (``memory.py``).
 * **Files** live in the guest's initramfs root (a tmpfs, i.e. guest RAM), so a memory
   checkpoint captures files and processes together (busybox image: no disk).
-* **Disks** (Debian image): a read-only qcow2 base shared by every sandbox of the image, and a
-  private qcow2 overlay per sandbox in its workdir. A checkpoint, with the vCPUs stopped (QEMU
-  has drained and flushed the disk), seals the overlay with QMP ``blockdev-snapshot-sync`` (the
-  guest writes on into a fresh overlay on top) and stores the sealed one content-addressed
-  (``disks/<sha256>``): each checkpoint stores only the disk blocks written since its parent,
-  consistent with the memory captured at the same instant. Restore/fork fetch the layers once
-  into a shared read-only cache (``<root>/layers``) and give each new sandbox its own overlay.
-* **Network**: none by default. ``allowlist``: ``-netdev user,restrict=on`` (the guest reaches
-  nothing through it) plus one ``guestfwd`` per allowed ``host:port``, reachable in the guest at
-  ``10.0.2.(100+i):port`` (and by name through ``/etc/hosts``); see :meth:`guest_addresses`.
+* **Disks** (Debian image): a read-only qcow2 base and a private overlay per sandbox, sealed
+  into content-addressed layers at each checkpoint (``disks.py``).
 * **Device state** (CPU registers, virtio queues, timers) is saved with QMP
-  ``xen-save-devices-state`` (device sections only, no RAM: ~1 ms) and loaded with
-  ``xen-load-devices-state`` into a QEMU started with ``-incoming defer`` (so that QEMU does not
-  write the kernel/initrd ROMs over the restored RAM at reset). Despite the name these commands
-  are generic QEMU savevm code, not Xen-specific.
+  ``xen-save-devices-state`` (device sections only, no RAM: ~1 ms) and loaded into a QEMU
+  started with ``-incoming defer``. Despite the name these commands are generic QEMU savevm
+  code, not Xen-specific.
 * The **guest agent** (``guest/agent.c``) answers on a virtio-serial port whose host end is a
   unix socket of QEMU; :class:`~services.sandbox.guest.protocol.AgentClient` speaks to it.
 
 Checkpoint (VM keeps running afterwards): hold the agent gate -> ``stop`` -> save device state
--> hash every data page of the memory file natively (holes skipped) -> compare with the
+-> page hashes of guest memory (a booted VM: every data page of its file, natively, holes
+skipped; a restored VM: only the pages it wrote since the restore) -> compare with the
 parent's page hashes -> store changed non-zero pages content-addressed
-(:class:`~services.sandbox.pagestore.PageStore`) -> ``cont``. Restore: new sparse memory file,
-write the checkpoint's non-zero pages into it, start (or take from the warm pool) a QEMU waiting
-with ``-incoming defer`` on that file, load the device state, ``cont``, resynchronise the agent.
+(:class:`~services.sandbox.pagestore.PageStore`) -> ``cont``. Restore: the checkpoint's base
+file (assembled from the page store the first time the checkpoint is restored), a QEMU from
+the warm pool (or fresh) mapping it privately with ``-incoming defer``, load the device state,
+``cont``, resynchronise the agent.
 
 Acceleration: KVM when a boot probe on this host shows it works (``/dev/kvm`` on these machines
 is a nested PVM that fails on stock guest kernels), else TCG; the probe result is cached per
@@ -41,13 +40,10 @@ QEMU/kernel/host-kernel version (``accel.json`` in the sandbox cache). Override 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
-import mmap
 import os
 import platform
-import shlex
 import shutil
 import signal
 import socket
@@ -60,16 +56,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from services.sandbox.guest.protocol import AgentClient
-from services.sandbox.images.builder import (
-    Image,
-    _static_busybox,
-    get_image,
-    sandbox_cache_dir,
-)
-from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore, file_page_hashes
+from services.sandbox.images.builder import Image, get_image, sandbox_cache_dir
+from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore
 from services.sandbox.runtime.base import (
     CheckpointError,
     CheckpointManifest,
@@ -86,45 +75,29 @@ from services.sandbox.runtime.base import (
     UnsupportedOperation,
     VMHandle,
 )
+from services.sandbox.runtime.microvm import disks
+from services.sandbox.runtime.microvm.disks import SETUP_HINT, Disk
+from services.sandbox.runtime.microvm.launch import (
+    BOOT_TIMEOUT_S,
+    QEMU,
+    Vm,
+    WarmPool,
+    connect_agent,
+    discard,
+    guest_addresses,
+    kill_vm,
+    launch,
+)
+from services.sandbox.runtime.microvm.memory import (
+    BaseFiles,
+    PrivateMemory,
+    SharedMemory,
+    can_read_children,
+)
 from services.sandbox.runtime.microvm.qmp import QMPClient, QMPError
 from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
-
-QEMU = "qemu-system-x86_64"
-SETUP_HINT = "run scripts/setup_sandbox.sh"
-KERNEL_CMDLINE = "console=ttyS0 quiet panic=-1 init_on_free=1 tsc=reliable"
-"""``init_on_free=1``: freed guest pages are zeroed, so they cost nothing in checkpoints.
-``tsc=reliable`` plus ``tsc_early_khz`` (added per host, :func:`_host_tsc_khz`): under TCG the
-guest TSC ticks at the host's rate, and on a loaded host the PIT calibration fails and the guest
-stalls without a clocksource; telling the kernel the frequency skips the calibration."""
-
-
-def _host_tsc_khz() -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        return int(Path("/sys/devices/system/cpu/cpu0/tsc_freq_khz").read_text())
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                return int(float(line.split(":")[1]) * 1000)
-    return None
-
-
-BOOT_TIMEOUT_S = 90.0
-
-
-def _shm_dir() -> Path:
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    d = base / "k3stack"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _short_dir(tag: str) -> Path:
-    """A directory with a short path for unix sockets (108-byte limit)."""
-    d = Path("/tmp/k3s") / tag
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 @dataclass
@@ -134,40 +107,12 @@ class _Live:
     proc: subprocess.Popen | None
     qmp: QMPClient
     agent: AgentClient
-    mem_fd: int
-    mem_map: mmap.mmap
-    pages: np.ndarray
+    memory: SharedMemory | PrivateMemory
     last_map: tuple[str, PageMap] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
-    disk: _Disk | None = None
+    disk: Disk | None = None
     ports: dict[int, str] = field(default_factory=dict)
     pid: int | None = None
-
-
-@dataclass
-class _Disk:
-    """A sandbox's disk: the active qcow2 overlay and the sealed layers it sits on.
-
-    ``layers`` are content hashes (object store ``disks/<sha>``) from the base upwards; each
-    checkpoint seals the active overlay (QEMU switches writes to a fresh one on top) and
-    appends it. ``files`` are this sandbox's local qcow2 files, active one last."""
-
-    base: Path
-    active: Path
-    layers: list[str] = field(default_factory=list)
-    files: list[Path] = field(default_factory=list)
-
-
-@dataclass
-class _Vm:
-    """A started QEMU (from the pool or fresh), before it belongs to a sandbox."""
-
-    proc: subprocess.Popen
-    sock_dir: Path
-    mem_path: Path
-    qmp: QMPClient
-    key: tuple
-    disk: Path | None = None
 
 
 def missing_runtime_files() -> list[str]:
@@ -185,6 +130,7 @@ class MicroVMRuntime(Runtime):
 
     name = "microvm"
     capabilities = RuntimeCapabilities(memory_checkpoint=True, fork=True, network_allowlist=True)
+    guest_addresses = staticmethod(guest_addresses)
 
     def __init__(
         self,
@@ -192,18 +138,31 @@ class MicroVMRuntime(Runtime):
         accel: str | None = None,
         pool_size: int = 0,
         pids_max: int = 1024,
+        cow_restore: bool = True,
     ) -> None:
         """``accel``: ``kvm``, ``tcg``, or None/``auto`` (a boot probe decides); ``pids_max``:
-        processes the guest's commands may have at once (the agent's cgroup limit)."""
+        processes the guest's commands may have at once (the agent's cgroup limit);
+        ``cow_restore``: restores map the checkpoint's base file copy-on-write (False: copy
+        the checkpoint's pages into a new shared file per restore, the older way; also what
+        happens where this process may not read its QEMUs' memory, see ``memory.py``)."""
         self.root = Path(root) if root else sandbox_cache_dir() / "vms"
         self._accel = None if accel in (None, "auto") else accel
         self.pids_max = pids_max
+        self.cow_restore = cow_restore and can_read_children()
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
         self._pagestores: dict[int, PageStore] = {}
-        self.pool_size = pool_size
-        self._pool: list[_Vm] = []
-        self._pool_lock = threading.Lock()
+        self._images: dict[str, Image] = {}
+        self.bases = BaseFiles()
+        self.pool = WarmPool(pool_size, self._start_incoming)
+
+    @property
+    def pool_size(self) -> int:
+        return self.pool.size
+
+    @pool_size.setter
+    def pool_size(self, n: int) -> None:
+        self.pool.size = n
 
     # ------------------------------------------------------------------ availability
 
@@ -249,15 +208,15 @@ class MicroVMRuntime(Runtime):
                 return data["accel"]
         accel = "tcg"
         try:
-            vm = self._launch(image, SandboxSpec(), "kvm", incoming=False, boot_timeout=20)
+            vm = launch(image, SandboxSpec(), "kvm", incoming=False, boot_timeout=20,
+                        pids_max=self.pids_max)  # fmt: skip
             try:
-                agent = self._connect_agent(vm.sock_dir / "agent.sock", timeout_s=20)
+                agent = connect_agent(vm.sock_dir / "agent.sock", timeout_s=20)
                 agent.ping()
                 agent.close()
                 accel = "kvm"
             finally:
-                self._kill_vm(vm.proc, vm.qmp, vm.mem_path)
-                shutil.rmtree(vm.sock_dir, ignore_errors=True)
+                discard(vm)
         except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
             log.info("KVM boot probe failed (%s)", str(exc).splitlines()[0][:200])
         if accel == "tcg":
@@ -266,193 +225,55 @@ class MicroVMRuntime(Runtime):
             cache.write_text(json.dumps({"key": key, "accel": accel}))
         return accel
 
+    def _image(self, name: str) -> Image:
+        """``get_image`` once per image (it hashes its inputs, ~40 ms: on every restore's
+        critical path otherwise); looked up again if its initramfs went away."""
+        image = self._images.get(name)
+        if image is None or not image.initrd.exists():
+            image = self._images[name] = get_image(name)
+        return image
+
     # ------------------------------------------------------------------ QEMU processes
 
-    def _cmdline(self, image: Image, spec: SandboxSpec, accel: str, sock_dir: Path,
-                 mem_path: Path, incoming: bool, disk: Path | None = None) -> list[str]:  # fmt: skip
-        mem = spec.memory_mb
-        args = [
-            QEMU,
-            "-M", "microvm,x-option-roms=off,rtc=off,isa-serial=on",
-            "-accel", accel,
-            "-cpu", "host" if accel == "kvm" else "max",
-            "-smp", str(spec.cpu),
-            "-m", f"{mem}M",
-            "-object", f"memory-backend-file,id=mem,size={mem}M,mem-path={mem_path},share=on",
-            "-machine", "memory-backend=mem",
-            "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
-            "-kernel", str(image.kernel.vmlinuz),
-            "-initrd", str(image.initrd),
-            "-append", self._kernel_cmdline(image, accel, self.pids_max),
-            "-serial", f"file:{sock_dir / 'console.log'}",
-            "-device", "virtio-serial-device",
-            "-chardev", f"socket,id=agent,path={sock_dir / 'agent.sock'},server=on,wait=off",
-            "-device", "virtserialport,chardev=agent,name=k3s.agent",
-            "-qmp", f"unix:{sock_dir / 'qmp.sock'},server=on,wait=off",
-        ]  # fmt: skip
-        if disk is not None:
-            args += [
-                "-drive", f"file={disk},if=none,id=disk0,format=qcow2,cache=writeback",
-                "-device", "virtio-blk-device,drive=disk0",
-            ]  # fmt: skip
-        if spec.network.mode == "allowlist":
-            args += ["-netdev", "user,id=net0,restrict=on" + "".join(self._guestfwds(spec))]
-            args += ["-device", "virtio-net-device,netdev=net0"]
-        if incoming:
-            # xen-save-devices-state writes no configuration section; do not expect one
-            args += ["-incoming", "defer", "-global", "migration.send-configuration=off"]
-        return args
+    def _start_incoming(self, image: Image, spec: SandboxSpec, accel: str, base: str | None,
+                        disk: Path | None = None) -> Vm:  # fmt: skip
+        """A QEMU waiting for a restore (``base``: the checkpoint whose base file it maps)."""
+        return launch(image, spec, accel, incoming=True, disk=disk, base=base,
+                      link_base=self.bases.link, pids_max=self.pids_max)  # fmt: skip
 
-    @staticmethod
-    def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
-        """Where the guest reaches each allowed destination: ``host:port`` -> ``10.0.2.N:port``.
-
-        The user-mode network runs with ``restrict=on`` (the guest can reach nothing on the
-        host or beyond), and each allowed destination gets a ``guestfwd``: a guest TCP
-        connection to ``10.0.2.(100+i):port`` is piped by QEMU to ``host:port`` on the host
-        side. Host names are also put in the guest's ``/etc/hosts``."""
-        out = {}
-        for i, dest in enumerate(spec.network.allow):
-            port = dest.rsplit(":", 1)[1]
-            out[dest] = f"10.0.2.{100 + i}:{port}"
-        return out
-
-    @staticmethod
-    def _guestfwds(spec: SandboxSpec) -> list[str]:
-        nc = shutil.which("nc")
-        connector = nc if nc else f"{_static_busybox()} nc"
-        fwds = []
-        for dest, guest in MicroVMRuntime.guest_addresses(spec).items():
-            host, port = dest.rsplit(":", 1)
-            host = host.strip("[]")
-            if any(c in host for c in ", ;|&$`'\"\\"):
-                raise ValueError(
-                    f"network allow entry {dest!r} has characters not allowed in a host"
-                )
-            fwds.append(f",guestfwd=tcp:{guest}-cmd:{connector} {host} {int(port)}")
-        return fwds
-
-    @staticmethod
-    def _kernel_cmdline(image: Image, accel: str, pids_max: int = 1024) -> str:
-        cmdline = f"{KERNEL_CMDLINE} k3s.pids_max={pids_max}"
-        khz = _host_tsc_khz() if accel == "tcg" else None
-        if khz:
-            cmdline += f" tsc_early_khz={khz}"
-        return cmdline + (" " + image.cmdline if image.cmdline else "")
-
-    def _launch(self, image: Image, spec: SandboxSpec, accel: str, incoming: bool,
-                boot_timeout: float = 10.0, disk: Path | None = None) -> _Vm:  # fmt: skip
-        tag = uuid.uuid4().hex[:12]
-        sock_dir = _short_dir(tag)
-        mem_path = _shm_dir() / f"{tag}.mem"
-        with open(mem_path, "wb") as fh:
-            fh.truncate(spec.memory_mb << 20)
-        cmd = self._cmdline(image, spec, accel, sock_dir, mem_path, incoming, disk)
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=open(sock_dir / "qemu.err", "wb"),  # noqa: SIM115 - owned by the child
-            start_new_session=True,
-        )
-        try:
-            qmp = QMPClient(str(sock_dir / "qmp.sock"), timeout_s=boot_timeout)
-        except OSError as exc:
-            proc.kill()
-            proc.wait()
-            err = (sock_dir / "qemu.err").read_text(errors="replace")[-2000:]
-            mem_path.unlink(missing_ok=True)
-            raise RuntimeUnavailable(f"QEMU did not start: {exc}: {err}") from exc
-        key = (spec.memory_mb, spec.cpu, accel, spec.network.model_dump_json(), image.initrd)
-        return _Vm(proc=proc, sock_dir=sock_dir, mem_path=mem_path, qmp=qmp, key=key, disk=disk)
-
-    def _connect_agent(self, path: Path, timeout_s: float) -> AgentClient:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(str(path))
-                break
-            except OSError:
-                sock.close()
-                if time.monotonic() > deadline:
-                    raise GuestAgentError(f"agent socket {path} did not appear") from None
-                time.sleep(0.005)
-        client = AgentClient(sock)
-        client.sync(timeout_s=max(1.0, deadline - time.monotonic()), retry_s=0.2)
-        return client
-
-    @staticmethod
-    def _kill_vm(proc: subprocess.Popen | None, qmp: QMPClient | None, mem_path: Path | None):
-        if qmp is not None:
-            with contextlib.suppress(Exception):
-                qmp.execute("quit", timeout_s=2)
-            with contextlib.suppress(Exception):
-                qmp.close()
-        if proc is not None:
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if mem_path is not None:
-            with contextlib.suppress(OSError):
-                mem_path.unlink()
-
-    # ------------------------------------------------------------------ warm pool
-
-    def _take_vm(self, image: Image, spec: SandboxSpec, accel: str,
-                 disk: Path | None = None) -> _Vm:  # fmt: skip
+    def _take_vm(self, image: Image, spec: SandboxSpec, accel: str, disk: Path | None,
+                 base: str | None) -> tuple[Vm, bool]:  # fmt: skip
+        """A QEMU waiting for this restore, and whether it came from the warm pool."""
         if disk is not None:  # a disk is per sandbox: a pooled QEMU cannot have it yet
-            return self._launch(image, spec, accel, incoming=True, disk=disk)
-        key = (spec.memory_mb, spec.cpu, accel, spec.network.model_dump_json(), image.initrd)
-        with self._pool_lock:
-            for i, vm in enumerate(self._pool):
-                if vm.key == key and vm.proc.poll() is None:
-                    self._pool.pop(i)
-                    break
-            else:
-                vm = None
-        if self.pool_size:
-            threading.Thread(target=self._refill, args=(image, spec, accel), daemon=True).start()
-        return vm or self._launch(image, spec, accel, incoming=True)
+            return self._start_incoming(image, spec, accel, base, disk), False
+        vm = self.pool.take(image, spec, accel, base)
+        return (vm, True) if vm else (self._start_incoming(image, spec, accel, base), False)
 
-    def _refill(self, image: Image, spec: SandboxSpec, accel: str) -> None:
-        key = (spec.memory_mb, spec.cpu, accel, spec.network.model_dump_json(), image.initrd)
-        with self._pool_lock:
-            have = sum(1 for v in self._pool if v.key == key)
-        for _ in range(self.pool_size - have):
-            vm = self._launch(image, spec, accel, incoming=True)
-            with self._pool_lock:
-                self._pool.append(vm)
-
-    def prewarm(self, spec: SandboxSpec | None = None) -> None:
-        """Fill the warm pool for ``spec`` now (QEMUs waiting with ``-incoming defer``)."""
-        spec = spec or SandboxSpec()
-        image = get_image(spec.image)
-        if image.disk is None:
-            self._refill(image, spec, self.accel)
+    def prewarm(self, spec: SandboxSpec | None = None, checkpoint: CheckpointManifest | None = None,
+                store=None) -> None:  # fmt: skip
+        """Fill the warm pool now: QEMUs waiting for restores of ``checkpoint`` (its base file
+        assembled if need be), or without it for copying restores (``cow_restore=False``)."""
+        spec = checkpoint.spec if checkpoint is not None else spec or SandboxSpec()
+        image = self._image(spec.image)
+        if image.disk is not None:
+            return
+        base = None
+        if checkpoint is not None and self.cow_restore:
+            ps = self._pagestore(store)
+            page_map = ps.load_map(checkpoint.page_map_key or "")
+            self.bases.ensure(checkpoint.id, page_map, ps, checkpoint.memory_bytes)
+            base = checkpoint.id
+        self.pool.fill(image, spec, self.accel, base)
 
     def close(self) -> None:
-        with self._pool_lock:
-            pool, self._pool = self._pool, []
-        for vm in pool:
-            self._kill_vm(vm.proc, vm.qmp, vm.mem_path)
-            shutil.rmtree(vm.sock_dir, ignore_errors=True)
+        self.pool.close()
+        self.bases.close()
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _attach(self, vm: _Vm, agent: AgentClient) -> _Live:
-        fd = os.open(vm.mem_path, os.O_RDWR)
-        size = os.fstat(fd).st_size
-        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        pages = np.frombuffer(mm, dtype=np.uint8).reshape(-1, PAGE_SIZE)
-        live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
-        live.pid = vm.proc.pid
-        return live
-
-    def _handle(self, sandbox_id: str, spec: SandboxSpec, workdir: Path, vm: _Vm,
-                accel: str, restored_from: str | None = None) -> VMHandle:  # fmt: skip
+    def _handle(self, sandbox_id: str, spec: SandboxSpec, workdir: Path, vm: Vm,
+                accel: str, restored_from: str | None = None,
+                base_map_key: str | None = None) -> VMHandle:  # fmt: skip
         return VMHandle(
             sandbox_id=sandbox_id,
             runtime=self.name,
@@ -466,31 +287,30 @@ class MicroVMRuntime(Runtime):
                 "accel": accel,
                 "image_initrd": str(vm.key[4]),
                 **({"disk": str(vm.disk)} if vm.disk else {}),
-                **(
-                    {"network": self.guest_addresses(spec)}
-                    if spec.network.mode == "allowlist"
-                    else {}
-                ),
+                **({"mem_base": vm.base, "mem_base_map": base_map_key} if vm.base else {}),
+                **({"network": guest_addresses(spec)} if spec.network.mode == "allowlist" else {}),
             },
         )
 
     def create(self, sandbox_id: str, spec: SandboxSpec, workdir: Path) -> VMHandle:
         self._require()
-        image = get_image(spec.image)
+        image = self._image(spec.image)
         accel = self.accel
         workdir.mkdir(parents=True, exist_ok=True)
-        disk = self._new_overlay(workdir, image.disk) if image.disk else None
-        vm = self._launch(image, spec, accel, incoming=False, disk=disk.active if disk else None)
+        disk = disks.new_overlay(workdir, image.disk) if image.disk else None
+        vm = launch(image, spec, accel, incoming=False, disk=disk.active if disk else None,
+                    pids_max=self.pids_max)  # fmt: skip
         try:
-            agent = self._connect_agent(vm.sock_dir / "agent.sock", BOOT_TIMEOUT_S)
+            agent = connect_agent(vm.sock_dir / "agent.sock", BOOT_TIMEOUT_S)
         except Exception:
             console = (vm.sock_dir / "console.log").read_text(errors="replace")[-1500:]
-            self._kill_vm(vm.proc, vm.qmp, vm.mem_path)
+            kill_vm(vm.proc, vm.qmp, vm.mem_path)
             if disk:
-                self._remove_disk(disk)
+                disks.remove_disk(disk)
             raise GuestAgentError(f"guest did not boot; console tail:\n{console}") from None
         h = self._handle(sandbox_id, spec, workdir, vm, accel)
-        live = self._attach(vm, agent)
+        live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, memory=SharedMemory(vm.mem_path))
+        live.pid = vm.proc.pid
         live.disk = disk
         self._install(sandbox_id, live)
         if spec.network.mode == "allowlist":
@@ -499,7 +319,7 @@ class MicroVMRuntime(Runtime):
 
     def _write_hosts(self, h: VMHandle) -> None:
         lines = ["127.0.0.1 localhost sandbox"]
-        for dest, guest in self.guest_addresses(h.spec).items():
+        for dest, guest in guest_addresses(h.spec).items():
             host = dest.rsplit(":", 1)[0].strip("[]")
             if not host.replace(".", "").isdigit() and ":" not in host and host != "localhost":
                 lines.append(f"{guest.rsplit(':', 1)[0]} {host}")
@@ -512,28 +332,25 @@ class MicroVMRuntime(Runtime):
             old = self._live.pop(sandbox_id, None)
             self._live[sandbox_id] = live
         if old is not None and old is not live:
-            self._release(old, None)
+            self._release(old)
 
-    def _release(self, live: _Live, mem_path: Path | None) -> None:
-        """End a live entry's QEMU (if still running) and free its mapping, fd and file."""
+    def _release(self, live: _Live) -> None:
+        """End a live entry's QEMU (if still running) and free its mapping and fd."""
         live.agent.close()
-        self._kill_vm(live.proc, live.qmp, mem_path)
+        kill_vm(live.proc, live.qmp, None)
         if live.proc is None and live.pid:  # adopted: not our child, signal it by pid
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{live.pid}/cmdline").read_bytes().startswith(QEMU.encode()):
                     os.kill(live.pid, signal.SIGKILL)
-        live.pages = None  # type: ignore[assignment]  # drop the buffer export: the map can close
         live.last_map = None
-        with contextlib.suppress(Exception):
-            live.mem_map.close()
-        with contextlib.suppress(OSError):
-            os.close(live.mem_fd)
+        live.memory.close()
 
     def adopt(self, h: VMHandle) -> bool:
         """Re-attach to a QEMU a previous service process started: its QMP and agent sockets
         accept a new client once the old one is gone, and the memory file is still there.
         Sandboxes with a disk are not adopted (their overlay chain is not in the handle):
-        the manager recovers them from their last checkpoint instead."""
+        the manager recovers them from their last checkpoint instead; nor are restored VMs
+        whose memory this process may not read (no ptrace rights over a QEMU it did not start)."""
         if h.data.get("disk") or not self.is_alive(h):
             return False
         sock_dir = Path(h.data.get("sock_dir", ""))
@@ -542,21 +359,25 @@ class MicroVMRuntime(Runtime):
             return False
         qmp = None
         try:
+            memory: SharedMemory | PrivateMemory
+            if h.data.get("mem_base"):
+                memory = PrivateMemory(h.pid or 0, mem_path, h.spec.memory_mb << 20,
+                                       h.data["mem_base_map"])  # fmt: skip
+                memory.check_access()
+            else:
+                memory = SharedMemory(mem_path)
             qmp = QMPClient(str(sock_dir / "qmp.sock"), timeout_s=10)
             status = (qmp.execute("query-status") or {}).get("status")
             if status == "paused":  # the service died mid-checkpoint, with the vCPUs stopped
                 qmp.execute("cont")
-            agent = self._connect_agent(sock_dir / "agent.sock", timeout_s=30)
+            agent = connect_agent(sock_dir / "agent.sock", timeout_s=30)
         except Exception as exc:  # noqa: BLE001 - any failure means "recover instead"
             log.warning("adopting sandbox %s failed: %s", h.sandbox_id, exc)
             if qmp is not None:
                 with contextlib.suppress(Exception):
                     qmp.close()
             return False
-        fd = os.open(mem_path, os.O_RDWR)
-        mm = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        pages = np.frombuffer(mm, dtype=np.uint8).reshape(-1, PAGE_SIZE)
-        live = _Live(proc=None, qmp=qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
+        live = _Live(proc=None, qmp=qmp, agent=agent, memory=memory)
         live.pid = h.pid
         self._install(h.sandbox_id, live)
         return True
@@ -595,14 +416,14 @@ class MicroVMRuntime(Runtime):
             live = self._live.pop(h.sandbox_id, None)
         mem_path = Path(h.data.get("mem_path", "")) if h.data.get("mem_path") else None
         if live is not None:
-            self._release(live, None)
+            self._release(live)
         elif h.pid and self.is_alive(h):  # left over from a previous service process
             with contextlib.suppress(OSError):
                 os.kill(h.pid, signal.SIGKILL)
-        if mem_path is not None:
+        if mem_path is not None:  # its own file, or its link to a base (the base stays)
             mem_path.unlink(missing_ok=True)
         if live is not None and live.disk is not None:
-            self._remove_disk(live.disk)
+            disks.remove_disk(live.disk)
         elif h.data.get("disk"):  # a previous service process's sandbox
             shutil.rmtree(Path(h.data["disk"]).parent, ignore_errors=True)
         if h.data.get("sock_dir"):
@@ -612,97 +433,7 @@ class MicroVMRuntime(Runtime):
         self.stop(h)
         shutil.rmtree(h.workdir, ignore_errors=True)
 
-    # ------------------------------------------------------------------ disks
-
-    @staticmethod
-    def _qemu_img(*args: str) -> None:
-        res = subprocess.run(["qemu-img", *args], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise CheckpointError(f"qemu-img {args[0]} failed: {res.stderr.strip()[-500:]}")
-
-    def _new_overlay(self, workdir: Path, backing: Path, layers: list[str] | None = None) -> _Disk:
-        """A private qcow2 overlay over ``backing`` in a fresh folder of ``workdir``."""
-        if not backing.is_file():
-            raise RuntimeUnavailable(f"disk image {backing} is missing: {SETUP_HINT}")
-        folder = workdir / f"disk-{uuid.uuid4().hex[:8]}"
-        folder.mkdir(parents=True)
-        active = folder / "overlay-0.qcow2"
-        self._qemu_img(
-            "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(backing), str(active)
-        )
-        return _Disk(base=backing, active=active, layers=list(layers or []), files=[active])
-
-    @staticmethod
-    def _file_id(path: Path) -> str:
-        """Identity of a read-only base image (size and mtime: a rebuild changes it)."""
-        st = path.stat()
-        return f"{st.st_size}:{st.st_mtime_ns}"
-
-    @staticmethod
-    def _remove_disk(disk: _Disk) -> None:
-        shutil.rmtree(disk.active.parent, ignore_errors=True)
-
-    def _seal_disk(self, live: _Live) -> Path:
-        """Switch the VM's writes to a new overlay on top of the active one (VM stopped: QEMU
-        has drained and flushed the disk, so the old overlay now holds exactly the disk as of
-        this instant, and is never written again). Returns the sealed file."""
-        disk = live.disk
-        assert disk is not None
-        sealed = disk.active
-        new = sealed.with_name(f"overlay-{len(disk.files)}.qcow2")
-        live.qmp.execute(
-            "blockdev-snapshot-sync", device="disk0", **{"snapshot-file": str(new)}, format="qcow2"
-        )
-        disk.active = new
-        disk.files.append(new)
-        return sealed
-
-    @staticmethod
-    def _store_layer(store, path: Path) -> tuple[str, int]:
-        """Store a sealed overlay content-addressed (``disks/<sha256>``); bytes newly stored."""
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                h.update(chunk)
-        sha = h.hexdigest()
-        key = f"disks/{sha}"
-        if store.exists(key):
-            return sha, 0
-        store.put_file(key, path)
-        return sha, path.stat().st_size
-
-    def _materialize_disk(self, disk_info: dict, store, workdir: Path) -> _Disk:
-        """A private overlay over a checkpoint's sealed layers (fetched once into a shared,
-        read-only local cache ``<root>/layers``, their backing links pointed at that cache)."""
-        base = Path(disk_info["base"])
-        if not base.is_file():
-            raise CheckpointError(f"base disk {base} of this checkpoint is missing: {SETUP_HINT}")
-        if disk_info.get("base_id") and disk_info["base_id"] != self._file_id(base):
-            raise CheckpointError(
-                f"base disk {base} was rebuilt since this checkpoint; its disk layers no longer apply"
-            )
-        ldir = self.root / "layers"
-        ldir.mkdir(parents=True, exist_ok=True)
-        prev = base
-        for sha in disk_info.get("layers", []):
-            path = ldir / f"{sha}.qcow2"
-            if not path.exists():
-                tmp = ldir / f".{sha}.{uuid.uuid4().hex[:8]}.part"
-                try:
-                    store.get_file(f"disks/{sha}", tmp)
-                    self._qemu_img(
-                        "rebase", "-u", "-f", "qcow2", "-b", str(prev), "-F", "qcow2", str(tmp)
-                    )
-                    tmp.chmod(0o444)
-                    os.replace(tmp, path)
-                except KeyError as exc:
-                    raise CheckpointError(f"disk layer {sha} is not in the store") from exc
-                finally:
-                    tmp.unlink(missing_ok=True)
-            prev = path
-        return self._new_overlay(workdir, prev, disk_info.get("layers", []))
-
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ garbage collection
 
     def _pagestore(self, store) -> PageStore:
         with self._lock:
@@ -710,8 +441,6 @@ class MicroVMRuntime(Runtime):
             if ps is None or ps.store is not store:
                 ps = self._pagestores[id(store)] = PageStore(store)
             return ps
-
-    # ------------------------------------------------------------------ garbage collection
 
     object_prefixes = ("checkpoints/", "pagestore/packs/", "disks/")
 
@@ -736,27 +465,13 @@ class MicroVMRuntime(Runtime):
                 ps.forget_packs(packs)
 
     def collect_local(self, referenced: set[str], grace_s: float) -> tuple[int, int]:
-        """Drop cached disk layers (``<root>/layers/<sha>.qcow2``) no reachable checkpoint
-        names. A running VM that still has one open keeps reading it (the inode lives on)."""
-        ldir = self.root / "layers"
-        if not ldir.is_dir():
-            return 0, 0
-        files = freed = 0
-        cutoff = time.time() - grace_s
-        for path in ldir.glob("*.qcow2"):
-            sha = path.name[: -len(".qcow2")]
-            if f"disks/{sha}" in referenced:
-                continue
-            try:
-                st = path.stat()
-                if st.st_mtime > cutoff:
-                    continue
-                path.unlink()
-            except FileNotFoundError:
-                continue
-            files += 1
-            freed += st.st_size
-        return files, freed
+        """Drop cached disk layers no reachable checkpoint names, and memory base files no VM
+        maps that nobody restored from for ``grace_s`` (a later restore assembles them again)."""
+        files, freed = disks.collect_layers(self.root, referenced, grace_s)
+        bfiles, bfreed = self.bases.collect(grace_s)
+        return files + bfiles, freed + bfreed
+
+    # ------------------------------------------------------------------ checkpoints
 
     def checkpoint(self, h: VMHandle, parent: CheckpointManifest | None, store) -> CheckpointManifest:  # fmt: skip
         live = self._live_of(h)
@@ -774,6 +489,7 @@ class MicroVMRuntime(Runtime):
             else:
                 parent_map = ps.load_map(parent.page_map_key or "")
         state_path = Path(h.data["sock_dir"]) / f"{ck_id}.state"
+        sealed = None
         with live.lock, live.agent.quiesce():
             t1 = time.perf_counter()
             try:
@@ -783,29 +499,27 @@ class MicroVMRuntime(Runtime):
             try:
                 t2 = time.perf_counter()
                 live.qmp.execute("xen-save-devices-state", filename=str(state_path), live=False)
-                sealed = self._seal_disk(live) if live.disk is not None else None
+                if live.disk is not None:
+                    sealed = disks.seal_disk(live.disk, live.qmp)
                 t3 = time.perf_counter()
-                hashes = file_page_hashes(live.mem_fd, live.pages)
+                pages, hashes = live.memory.capture(ps, parent_map)
                 t4 = time.perf_counter()
-                new_map, ls = ps.save_layer(live.pages, hashes, parent_map, f"{prefix}/pagemap")
+                new_map, ls = ps.save_layer(pages, hashes, parent_map, f"{prefix}/pagemap")
             except Exception as exc:
                 raise CheckpointError(f"checkpoint of {h.sandbox_id} failed: {exc}") from exc
             finally:
                 with contextlib.suppress(Exception):
                     live.qmp.execute("cont")
             t5 = time.perf_counter()
+        del pages
         state = state_path.read_bytes()
         state_path.unlink(missing_ok=True)
         store.put(f"{prefix}/devstate", state)
         disk_info, disk_bytes = None, 0
         if sealed is not None and live.disk is not None:
-            sha, disk_bytes = self._store_layer(store, sealed)
+            sha, disk_bytes = disks.store_layer(store, sealed)
             live.disk.layers.append(sha)
-            disk_info = {
-                "base": str(live.disk.base),
-                "base_id": self._file_id(live.disk.base),
-                "layers": list(live.disk.layers),
-            }
+            disk_info = disks.disk_info(live.disk)
             stats["disk_ms"] = (time.perf_counter() - t5) * 1000
             h.data["disk"] = str(live.disk.active)
         t6 = time.perf_counter()
@@ -819,6 +533,8 @@ class MicroVMRuntime(Runtime):
             downtime_ms=(t5 - t1) * 1000,
             total_ms=(t6 - t0) * 1000,
         )
+        if isinstance(live.memory, PrivateMemory):
+            stats.update(live.memory.last_stats)
         return CheckpointManifest(
             id=ck_id,
             parent_id=parent.id if parent else None,
@@ -860,61 +576,99 @@ class MicroVMRuntime(Runtime):
             state = store.get(ck.device_state_key or "")
         except KeyError as exc:
             raise CheckpointError(f"checkpoint {ck.id} is incomplete in the store: {exc}") from exc
-        image = get_image(ck.spec.image)
+        image = self._image(ck.spec.image)
         accel = ck.runtime_data.get("accel", self.accel)
         workdir.mkdir(parents=True, exist_ok=True)
         disk = None
         if ck.runtime_data.get("disk"):
-            disk = self._materialize_disk(ck.runtime_data["disk"], store, workdir)
+            disk = disks.materialize_disk(ck.runtime_data["disk"], store, workdir, self.root)
         t1 = time.perf_counter()
+        base, assembled = (ck.id if self.cow_restore else None), False
         try:
-            vm = self._take_vm(image, ck.spec, accel, disk.active if disk else None)
+            for attempt in range(3):
+                if base is not None:
+                    assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
+                t2 = time.perf_counter()
+                try:
+                    vm, pooled = self._take_vm(image, ck.spec, accel,
+                                               disk.active if disk else None, base)  # fmt: skip
+                    break
+                except FileNotFoundError:  # another process evicted the base meanwhile
+                    if attempt == 2:
+                        raise
         except Exception:
             if disk:
-                self._remove_disk(disk)
+                disks.remove_disk(disk)
             raise
-        t2 = time.perf_counter()
+        t3 = time.perf_counter()
+        memory: SharedMemory | PrivateMemory | None = None
         try:
-            fd = os.open(vm.mem_path, os.O_RDWR)
-            mm = mmap.mmap(fd, ck.memory_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            pages = np.frombuffer(mm, dtype=np.uint8).reshape(-1, PAGE_SIZE)
-            ps.materialize(page_map, pages)
-            t3 = time.perf_counter()
-            state_path = vm.sock_dir / "restore.state"
-            state_path.write_bytes(state)
-            self._load_device_state(vm.qmp, state_path)
-            agent_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            agent_sock.connect(str(vm.sock_dir / "agent.sock"))
-            vm.qmp.execute("cont")
+            if base is None:  # copying restore: the checkpoint's pages into the VM's own file
+                memory = SharedMemory(vm.mem_path)
+                assert memory.pages is not None
+                ps.materialize(page_map, memory.pages)
+            else:
+                memory = PrivateMemory(vm.proc.pid, vm.mem_path, ck.memory_bytes,
+                                       ck.page_map_key or "")  # fmt: skip
+                memory.check_access()  # its checkpoints must be able to read it
             t4 = time.perf_counter()
-            agent = AgentClient(agent_sock)
-            agent.sync(timeout_s=30, retry_s=0.05)
+            agent, guest_stats = self._resume_guest(vm, state)
             t5 = time.perf_counter()
         except Exception as exc:
-            self._kill_vm(vm.proc, vm.qmp, vm.mem_path)
-            if disk:
-                self._remove_disk(disk)
+            if memory is not None:
+                memory.close()
             err = (vm.sock_dir / "qemu.err").read_text(errors="replace").strip()[-1000:]
-            shutil.rmtree(vm.sock_dir, ignore_errors=True)
+            discard(vm)
+            if disk:
+                disks.remove_disk(disk)
             raise CheckpointError(
                 f"restore of checkpoint {ck.id} failed: {exc}" + (f"; QEMU: {err}" if err else "")
             ) from exc
-        state_path.unlink(missing_ok=True)
-        live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, mem_fd=fd, mem_map=mm, pages=pages)
+        live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, memory=memory)
         live.last_map = (ck.id, page_map)
         live.disk = disk
         live.pid = vm.proc.pid
-        h = self._handle(sandbox_id, ck.spec, workdir, vm, accel, restored_from=ck.id)
+        h = self._handle(sandbox_id, ck.spec, workdir, vm, accel, restored_from=ck.id,
+                         base_map_key=ck.page_map_key)  # fmt: skip
         h.data["restore_stats"] = {
             "load_ms": (t1 - t0) * 1000,
-            "vmm_ms": (t2 - t1) * 1000,
-            "memory_ms": (t3 - t2) * 1000,
-            "device_state_ms": (t4 - t3) * 1000,
-            "agent_ms": (t5 - t4) * 1000,
+            "memory_ms": (t2 - t1) * 1000 + (t4 - t3) * 1000,
+            "base_assembled": assembled,
+            "vmm_ms": (t3 - t2) * 1000,
+            "pooled": pooled,
+            "guest_ms": (t5 - t4) * 1000,
+            **guest_stats,
             "total_ms": (t5 - t0) * 1000,
         }
         self._install(sandbox_id, live)
         return h
+
+    def _resume_guest(self, vm: Vm, state: bytes) -> tuple[AgentClient, dict[str, float]]:
+        """Load the device state into a waiting QEMU, run it, and resynchronise the agent.
+        Returns the agent client and timings (with ``hellos``: how many it took; 1 = none
+        was missed)."""
+        state_path = vm.sock_dir / "restore.state"
+        state_path.write_bytes(state)
+        try:
+            # connected before the device state loads: the port's host side is open, as it
+            # was at the checkpoint, from the first instruction the guest runs
+            agent_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            agent_sock.connect(str(vm.sock_dir / "agent.sock"))
+            t0 = time.perf_counter()
+            self._load_device_state(vm.qmp, state_path)
+            t1 = time.perf_counter()
+            vm.qmp.execute("cont")
+            agent = AgentClient(agent_sock)
+            hellos = agent.sync(timeout_s=30, retry_s=1.0)
+            t2 = time.perf_counter()
+        finally:
+            state_path.unlink(missing_ok=True)
+        stats = {
+            "device_state_ms": (t1 - t0) * 1000,
+            "hello_ms": (t2 - t1) * 1000,
+            "hellos": hellos,
+        }
+        return agent, stats
 
     @staticmethod
     def _load_device_state(qmp: QMPClient, path: Path, timeout_s: float = 30.0) -> None:
@@ -923,7 +677,12 @@ class MicroVMRuntime(Runtime):
         ``xen-load-devices-state`` would be the mirror of the save, but QEMU 7.2 asserts in
         it when no incoming migration was set up; an incoming migration whose stream holds
         only device sections does the same job."""
-        qmp.execute("migrate-incoming", uri=f"exec:cat {shlex.quote(str(path))}")
+        fd = os.open(path, os.O_RDONLY)
+        try:  # QEMU reads the file itself (no ``exec:cat`` child process to start)
+            qmp.send_fd("devstate", fd)
+        finally:
+            os.close(fd)
+        qmp.execute("migrate-incoming", uri="fd:devstate")
         deadline = time.monotonic() + timeout_s
         while True:
             status = (qmp.execute("query-migrate") or {}).get("status")

@@ -1,0 +1,298 @@
+"""Starting and ending the QEMU processes of microVM sandboxes, and the warm pool.
+
+One QEMU per sandbox: ``-M microvm`` with the image's kernel and initramfs, guest RAM a
+``memory-backend-file`` (``share=on`` on a VM's own sparse file for a boot; ``share=off`` on a
+link to a checkpoint's base file for a restore, see ``memory.py``), the guest agent on a
+virtio-serial port whose host end is a unix socket, QMP on another. A restore starts QEMU
+with ``-incoming defer`` (so that QEMU does not write the kernel/initrd ROMs over the restored
+RAM at reset) and feeds it the device state later.
+
+The **warm pool** keeps such waiting QEMUs ready for restores. A restored VM's RAM is its
+checkpoint's base file, which a QEMU maps when it starts, so pooled QEMUs are kept per base:
+after a restore of checkpoint C the pool refills with QEMUs on C's base (the next restore or
+fork child of C finds one ready); restores of other checkpoints replace them.
+
+Network: none by default. ``allowlist``: ``-netdev user,restrict=on`` (the guest reaches
+nothing through it) plus one ``guestfwd`` per allowed ``host:port``, reachable in the guest at
+``10.0.2.(100+i):port`` (and by name through ``/etc/hosts``); see :func:`guest_addresses`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.sandbox.guest.protocol import AgentClient
+from services.sandbox.images.builder import Image, _static_busybox
+from services.sandbox.runtime.base import GuestAgentError, RuntimeUnavailable, SandboxSpec
+from services.sandbox.runtime.microvm.memory import new_memory_file, shm_dir
+from services.sandbox.runtime.microvm.qmp import QMPClient
+
+QEMU = "qemu-system-x86_64"
+KERNEL_CMDLINE = "console=ttyS0 quiet panic=-1 init_on_free=1 tsc=reliable"
+"""``init_on_free=1``: freed guest pages are zeroed, so they cost nothing in checkpoints.
+``tsc=reliable`` plus ``tsc_early_khz`` (added per host, :func:`host_tsc_khz`): under TCG the
+guest TSC ticks at the host's rate, and on a loaded host the PIT calibration fails and the guest
+stalls without a clocksource; telling the kernel the frequency skips the calibration."""
+
+BOOT_TIMEOUT_S = 90.0
+
+
+def host_tsc_khz() -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        return int(Path("/sys/devices/system/cpu/cpu0/tsc_freq_khz").read_text())
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return int(float(line.split(":")[1]) * 1000)
+    return None
+
+
+def short_dir(tag: str) -> Path:
+    """A directory with a short path for unix sockets (108-byte limit)."""
+    d = Path("/tmp/k3s") / tag
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@dataclass
+class Vm:
+    """A started QEMU (from the pool or fresh), before it belongs to a sandbox. ``mem_path``
+    is its own RAM file (for a restore: its link to ``base``, the checkpoint whose base
+    file it maps privately)."""
+
+    proc: subprocess.Popen
+    sock_dir: Path
+    mem_path: Path
+    qmp: QMPClient
+    key: tuple
+    disk: Path | None = None
+    base: str | None = None
+
+
+def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
+    """Where the guest reaches each allowed destination: ``host:port`` -> ``10.0.2.N:port``.
+
+    The user-mode network runs with ``restrict=on`` (the guest can reach nothing on the
+    host or beyond), and each allowed destination gets a ``guestfwd``: a guest TCP
+    connection to ``10.0.2.(100+i):port`` is piped by QEMU to ``host:port`` on the host
+    side. Host names are also put in the guest's ``/etc/hosts``."""
+    out = {}
+    for i, dest in enumerate(spec.network.allow):
+        port = dest.rsplit(":", 1)[1]
+        out[dest] = f"10.0.2.{100 + i}:{port}"
+    return out
+
+
+def _guestfwds(spec: SandboxSpec) -> list[str]:
+    nc = shutil.which("nc")
+    connector = nc if nc else f"{_static_busybox()} nc"
+    fwds = []
+    for dest, guest in guest_addresses(spec).items():
+        host, port = dest.rsplit(":", 1)
+        host = host.strip("[]")
+        if any(c in host for c in ", ;|&$`'\"\\"):
+            raise ValueError(f"network allow entry {dest!r} has characters not allowed in a host")
+        fwds.append(f",guestfwd=tcp:{guest}-cmd:{connector} {host} {int(port)}")
+    return fwds
+
+
+def kernel_cmdline(image: Image, accel: str, pids_max: int = 1024) -> str:
+    cmdline = f"{KERNEL_CMDLINE} k3s.pids_max={pids_max}"
+    khz = host_tsc_khz() if accel == "tcg" else None
+    if khz:
+        cmdline += f" tsc_early_khz={khz}"
+    return cmdline + (" " + image.cmdline if image.cmdline else "")
+
+
+def qemu_cmdline(image: Image, spec: SandboxSpec, accel: str, sock_dir: Path, mem_path: Path,
+                 incoming: bool, disk: Path | None = None, share: bool = True,
+                 pids_max: int = 1024) -> list[str]:  # fmt: skip
+    mem = spec.memory_mb
+    backend = f"memory-backend-file,id=mem,size={mem}M,mem-path={mem_path}"
+    args = [
+        QEMU,
+        "-M", "microvm,x-option-roms=off,rtc=off,isa-serial=on",
+        "-accel", accel,
+        "-cpu", "host" if accel == "kvm" else "max",
+        "-smp", str(spec.cpu),
+        "-m", f"{mem}M",
+        "-object", backend + (",share=on" if share else ",share=off"),
+        "-machine", "memory-backend=mem",
+        "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
+        "-kernel", str(image.kernel.vmlinuz),
+        "-initrd", str(image.initrd),
+        "-append", kernel_cmdline(image, accel, pids_max),
+        "-serial", f"file:{sock_dir / 'console.log'}",
+        "-device", "virtio-serial-device",
+        "-chardev", f"socket,id=agent,path={sock_dir / 'agent.sock'},server=on,wait=off",
+        "-device", "virtserialport,chardev=agent,name=k3s.agent",
+        "-qmp", f"unix:{sock_dir / 'qmp.sock'},server=on,wait=off",
+    ]  # fmt: skip
+    if disk is not None:
+        args += [
+            "-drive", f"file={disk},if=none,id=disk0,format=qcow2,cache=writeback",
+            "-device", "virtio-blk-device,drive=disk0",
+        ]  # fmt: skip
+    if spec.network.mode == "allowlist":
+        args += ["-netdev", "user,id=net0,restrict=on" + "".join(_guestfwds(spec))]
+        args += ["-device", "virtio-net-device,netdev=net0"]
+    if incoming:
+        # xen-save-devices-state writes no configuration section; do not expect one
+        args += ["-incoming", "defer", "-global", "migration.send-configuration=off"]
+    return args
+
+
+def vm_key(image: Image, spec: SandboxSpec, accel: str, base: str | None) -> tuple:
+    """What a pooled QEMU must match to serve a restore."""
+    return (spec.memory_mb, spec.cpu, accel, spec.network.model_dump_json(), image.initrd, base)
+
+
+def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
+           boot_timeout: float = 10.0, disk: Path | None = None, base: str | None = None,
+           link_base: Callable[[str, Path], None] | None = None,
+           pids_max: int = 1024) -> Vm:  # fmt: skip
+    """Start QEMU and connect QMP. ``base``: the checkpoint whose base file the VM maps
+    privately (``link_base(base, path)`` gives the VM its link to it); else a new sparse
+    file shared with this process."""
+    tag = uuid.uuid4().hex[:12]
+    mem_path = shm_dir() / f"{tag}.mem"
+    if base is not None:
+        assert link_base is not None
+        link_base(base, mem_path)  # FileNotFoundError: the base is gone
+    else:
+        new_memory_file(mem_path, spec.memory_mb << 20)
+    sock_dir = short_dir(tag)
+    cmd = qemu_cmdline(image, spec, accel, sock_dir, mem_path, incoming, disk,
+                       share=base is None, pids_max=pids_max)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(sock_dir / "qemu.err", "wb"),  # noqa: SIM115 - owned by the child
+        start_new_session=True,
+    )
+    try:
+        qmp = QMPClient(str(sock_dir / "qmp.sock"), timeout_s=boot_timeout)
+    except OSError as exc:
+        proc.kill()
+        proc.wait()
+        err = (sock_dir / "qemu.err").read_text(errors="replace")[-2000:]
+        mem_path.unlink(missing_ok=True)
+        raise RuntimeUnavailable(f"QEMU did not start: {exc}: {err}") from exc
+    key = vm_key(image, spec, accel, base)
+    return Vm(proc=proc, sock_dir=sock_dir, mem_path=mem_path, qmp=qmp, key=key, disk=disk,
+              base=base)  # fmt: skip
+
+
+def connect_agent(path: Path, timeout_s: float) -> AgentClient:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(path))
+            break
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise GuestAgentError(f"agent socket {path} did not appear") from None
+            time.sleep(0.005)
+    client = AgentClient(sock)
+    client.sync(timeout_s=max(1.0, deadline - time.monotonic()), retry_s=0.2)
+    return client
+
+
+def kill_vm(proc: subprocess.Popen | None, qmp: QMPClient | None, mem_path: Path | None) -> None:
+    if qmp is not None:
+        with contextlib.suppress(Exception):
+            qmp.execute("quit", timeout_s=2)
+        with contextlib.suppress(Exception):
+            qmp.close()
+    if proc is not None:
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if mem_path is not None:
+        with contextlib.suppress(OSError):
+            mem_path.unlink()
+
+
+def discard(vm: Vm) -> None:
+    """End a QEMU that belongs to no sandbox (pool entry, failed restore)."""
+    kill_vm(vm.proc, vm.qmp, vm.mem_path)
+    shutil.rmtree(vm.sock_dir, ignore_errors=True)
+
+
+class WarmPool:
+    """QEMUs started with ``-incoming defer``, waiting for restores (see module docstring).
+    At most ``size`` are kept; ``start(image, spec, accel, base)`` launches one."""
+
+    def __init__(self, size: int, start: Callable[[Image, SandboxSpec, str, str | None], Vm]):
+        self.size = size
+        self._start = start
+        self._vms: list[Vm] = []
+        self._lock = threading.Lock()
+        self._generation = 0  # close() counts up: a start begun before it is not kept
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._vms)
+
+    def take(self, image: Image, spec: SandboxSpec, accel: str, base: str | None) -> Vm | None:
+        """A waiting QEMU for this restore, or None; refills in the background either way."""
+        key = vm_key(image, spec, accel, base)
+        with self._lock:
+            for i, vm in enumerate(self._vms):
+                if vm.key == key and vm.proc.poll() is None:
+                    self._vms.pop(i)
+                    break
+            else:
+                vm = None
+        if self.size:
+            threading.Thread(target=self.fill, args=(image, spec, accel, base), daemon=True).start()
+        return vm
+
+    def fill(self, image: Image, spec: SandboxSpec, accel: str, base: str | None) -> None:
+        """Top the pool up with QEMUs for ``base``, ending those kept for other bases."""
+        key = vm_key(image, spec, accel, base)
+        with self._lock:
+            generation = self._generation
+        while True:
+            with self._lock:
+                mine = [v for v in self._vms if v.key == key and v.proc.poll() is None]
+                if len(mine) >= self.size or generation != self._generation:
+                    return
+                others = [v for v in self._vms if v not in mine]
+                drop = others[: max(0, len(self._vms) + 1 - self.size)]
+                for v in drop:
+                    self._vms.remove(v)
+            for v in drop:
+                discard(v)
+            try:
+                vm = self._start(image, spec, accel, base)
+            except FileNotFoundError:  # the base was collected meanwhile: nothing to keep
+                return
+            with self._lock:
+                keep = generation == self._generation
+                if keep:
+                    self._vms.append(vm)
+            if not keep:  # the pool was closed while this one started
+                discard(vm)
+                return
+
+    def close(self) -> None:
+        with self._lock:
+            self._generation += 1
+            vms, self._vms = self._vms, []
+        for vm in vms:
+            discard(vm)
