@@ -58,8 +58,12 @@ def test_initialize_list_and_notifications(world):
     )
     assert init["result"]["protocolVersion"] == "2025-06-18"
     assert init["result"]["capabilities"]["tools"] == {"listChanged": False}
-    odd = rpc(world, "initialize", {"protocolVersion": "1999-01-01"})
-    assert odd["result"]["protocolVersion"] == "2025-11-25"
+    hello = {"capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    odd = rpc(world, "initialize", {"protocolVersion": "1999-01-01", **hello})
+    assert odd["result"]["protocolVersion"] == "2025-11-25"  # the newest it speaks
+    assert init["result"]["serverInfo"]["name"] == "k3stack-tools"
+    # initialize without the spec's required clientInfo is a JSON-RPC error, not a crash
+    assert rpc(world, "initialize", {"protocolVersion": "2025-06-18"})["error"]["code"] == -32602
     r = world.client.post(
         f"/worlds/{world.id}/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}
     )
@@ -207,11 +211,15 @@ def test_transport_edges(app, world):
     r = world.client.post(url, content=b"{nope", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == -32700
     assert world.client.get(url).status_code == 405
-    batch = [
-        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
-        {"jsonrpc": "2.0", "method": "notifications/x"},
-    ]
-    assert world.client.post(url, json=batch).json() == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+    # JSON-RPC batches left MCP in 2025-06-18; the SDK answers them with an error, not a crash
+    batch = [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]
+    r = world.client.post(url, json=batch)
+    assert r.status_code == 400 and r.json()["error"]["code"] in (-32600, -32602)
+    # a client that takes neither JSON nor a stream is told so
+    r = world.client.post(
+        url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers={"Accept": "text/html"}
+    )
+    assert r.status_code == 406
     other = make_world(app)
     r = other.client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert r.status_code in (401, 403)
