@@ -211,6 +211,8 @@ def test_transport_edges(app, world):
     r = world.client.post(url, content=b"{nope", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == -32700
     assert world.client.get(url).status_code == 405
+    r = world.client.post(url, content=b"{}", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32600
     # JSON-RPC batches left MCP in 2025-06-18; the SDK answers them with an error, not a crash
     batch = [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]
     r = world.client.post(url, json=batch)

@@ -30,7 +30,16 @@ class _SDKAnswer(Response):
         await serve(self.route, scope, receive, send)
 
 
+def _rpc_error(status: int, code: int, message: str) -> JSONResponse:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status)
+
+
 def _answer(ctx: WorldCtx, request: Request, apps: tuple[str, ...]) -> Response:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        # the SDK answers this in plain text; the documented error body is JSON-RPC's
+        return _rpc_error(400, -32600, "Content-Type must be application/json")
     return _SDKAnswer(WorldRoute(request.app.state.db, ctx.world_id, apps))
 
 
@@ -45,14 +54,7 @@ async def mcp_app(ctx: WorldCtx, app: str, request: Request) -> Response:
     """MCP streamable HTTP endpoint with one app's tools (slack, notion, calendar, gmail)."""
     if app not in tool_apps():
         known = ", ".join(tool_apps())
-        return JSONResponse(
-            {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {"code": -32600, "message": f"unknown app {app!r}; use one of {known}"},
-            },
-            status_code=404,
-        )
+        return _rpc_error(404, -32600, f"unknown app {app!r}; use one of {known}")
     return _answer(ctx, request, (app,))
 
 
