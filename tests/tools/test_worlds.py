@@ -237,6 +237,17 @@ def test_large_snapshots_live_in_the_object_store(tools_client, monkeypatch) -> 
     assert tools_client.post(f"/worlds/{b.id}/reset").status_code == 200
 
 
+def test_the_session_app_leaves_the_environment_alone(tools_client) -> None:
+    """The session's app took its settings when it was built; the variables it was built
+    with are not left set for the test directories that run after this one."""
+    import os
+
+    from tests.tools.conftest import APP_ENV, ENV_BEFORE
+
+    assert tools_client.app.state.settings.auth_enabled is False
+    assert {k: os.environ.get(k) for k in APP_ENV} == ENV_BEFORE
+
+
 def test_health_does_no_migration_work(tools_client) -> None:
     """``/health`` runs one cheap query; it never opens Alembic's migration context."""
     from sqlalchemy import event
