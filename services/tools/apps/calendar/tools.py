@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from services.tools.apps.calendar import actions as cal
 from services.tools.context import WorldContext
-from services.tools.mcp.registry import tool
+from services.tools.mcp.registry import NoArgs, forward, tool
 
 CALENDAR = Field("primary", description='Calendar id, or "primary" for the user\'s own.')
 
@@ -49,14 +49,16 @@ def _range(t: str | None) -> str | None:
     return t
 
 
-class NoArgs(BaseModel):
-    pass
+IDS = {"calendarId": "calendar_id", "eventId": "event_id"}  # public names -> the actions'
 
-
-@tool("calendar", "list-calendars", NoArgs, read_only=True)
-def list_calendars(ctx: WorldContext, a: NoArgs) -> Any:
-    """List all calendars the user can see."""
-    return cal.calendar_list(ctx)
+forward(
+    "calendar",
+    "list-calendars",
+    NoArgs,
+    cal.calendar_list,
+    read_only=True,
+    description="List all calendars the user can see.",
+)
 
 
 class ListEvents(BaseModel):
@@ -103,14 +105,13 @@ def search_events(ctx: WorldContext, a: SearchEvents) -> Any:
 
 
 class EventRef(BaseModel):
+    """Get one event."""
+
     calendarId: str = CALENDAR  # noqa: N815
     eventId: str = Field(description="The event's id.")  # noqa: N815
 
 
-@tool("calendar", "get-event", EventRef, read_only=True)
-def get_event(ctx: WorldContext, a: EventRef) -> Any:
-    """Get one event."""
-    return cal.get_event(ctx, calendar_id=a.calendarId, event_id=a.eventId)
+forward("calendar", "get-event", EventRef, cal.get_event, read_only=True, rename=IDS)
 
 
 class CreateEvent(BaseModel):
