@@ -24,12 +24,11 @@ from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
 
 from services.tools.context import WorldContext, open_world, token_digest
+from services.tools.db import tools_database
 from services.tools.models import WorldRow
 from shared.app import create_app as create_service_app
-from shared.db import ServiceDatabase
 from shared.settings import Settings
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "services" / "tools" / "migrations"
 CLOCK = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday, 09:00 UTC
 
 
@@ -45,7 +44,7 @@ def app_routers() -> list[APIRouter]:
 @contextmanager
 def tools_app(tmp: Path, routers: Sequence[APIRouter] | None = None) -> Iterator[FastAPI]:
     """The tools service's app factory with the app routers mounted, migrated and started."""
-    db = ServiceDatabase("tools", f"sqlite:///{tmp / 'tools.db'}", MIGRATIONS)
+    db = tools_database(f"sqlite:///{tmp / 'tools.db'}")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
