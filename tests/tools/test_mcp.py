@@ -249,3 +249,31 @@ def test_official_mcp_client(app, world):
     assert {"slack_post_message", "API-post-search", "create-event"} <= names
     assert posted.is_error is False and posted.structured_content["message"]["text"] == "via sdk"
     assert failed.is_error is True and "user_not_found" in failed.content[0].text
+
+
+def test_a_forwarded_tool_is_checked_against_its_action():
+    """A pass-through tool is only its arguments model: the handler is derived from it, and a
+    field the action does not take fails at registration, not in an agent's call."""
+    from pydantic import BaseModel
+
+    from services.tools.mcp.registry import _REGISTRY, forward
+
+    class Greet(BaseModel):
+        """Say hello."""
+
+        who: str
+
+    def greet(ctx, *, name: str) -> dict:
+        return {"hello": name}
+
+    with pytest.raises(TypeError, match="takes no who"):
+        forward("test_app", "greet", Greet, greet)
+    forward("test_app", "greet", Greet, greet, rename={"who": "name"}, read_only=True)
+    try:
+        t = _REGISTRY["test_app"]["greet"]
+        assert t.description == "Say hello." and t.read_only
+        assert t.schema()["inputSchema"]["required"] == ["who"]
+        assert "description" not in t.schema()["inputSchema"]
+        assert t.handler(None, Greet(who="ana")) == {"hello": "ana"}
+    finally:
+        _REGISTRY.pop("test_app", None)
