@@ -15,6 +15,7 @@ call. A tool with logic of its own is a function decorated with :func:`tool`.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from services.tools.context import WorldContext
+
+
+@cache
+def _input_schema(args: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema as an ``inputSchema`` (built once per model: tools/list is hot)."""
+    schema = args.model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)  # the model's docstring is the tool's description
+    schema.setdefault("properties", {})
+    return schema
 
 
 @dataclass(frozen=True)
@@ -37,15 +48,11 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The MCP ``Tool`` object for ``tools/list``."""
-        input_schema = self.args.model_json_schema()
-        input_schema.pop("title", None)
-        input_schema.pop("description", None)  # the model's docstring is the tool's description
-        input_schema.setdefault("properties", {})
         return {
             "name": self.name,
             "title": self.name,
             "description": self.description,
-            "inputSchema": input_schema,
+            "inputSchema": copy.deepcopy(_input_schema(self.args)),
             "annotations": {
                 "readOnlyHint": self.read_only,
                 "destructiveHint": False,
