@@ -69,12 +69,11 @@ class ListEvents(BaseModel):
     pageToken: str | None = None  # noqa: N815
 
 
-@tool("calendar", "list-events", ListEvents, read_only=True)
-def list_events(ctx: WorldContext, a: ListEvents) -> Any:
-    """List events in a time range, recurring events expanded, in start order."""
+def _events(ctx: WorldContext, a: ListEvents, q: str | None = None) -> Any:
     return cal.list_events(
         ctx,
         calendar_id=a.calendarId,
+        q=q,
         time_min=_range(a.timeMin),
         time_max=_range(a.timeMax),
         single_events=True,
@@ -82,6 +81,12 @@ def list_events(ctx: WorldContext, a: ListEvents) -> Any:
         max_results=a.maxResults,
         page_token=a.pageToken,
     )
+
+
+@tool("calendar", "list-events", ListEvents, read_only=True)
+def list_events(ctx: WorldContext, a: ListEvents) -> Any:
+    """List events in a time range, recurring events expanded, in start order."""
+    return _events(ctx, a)
 
 
 class SearchEvents(ListEvents):
@@ -91,17 +96,7 @@ class SearchEvents(ListEvents):
 @tool("calendar", "search-events", SearchEvents, read_only=True)
 def search_events(ctx: WorldContext, a: SearchEvents) -> Any:
     """Search events by text."""
-    return cal.list_events(
-        ctx,
-        calendar_id=a.calendarId,
-        q=a.query,
-        time_min=_range(a.timeMin),
-        time_max=_range(a.timeMax),
-        single_events=True,
-        order_by="startTime",
-        max_results=a.maxResults,
-        page_token=a.pageToken,
-    )
+    return _events(ctx, a, q=a.query)
 
 
 class EventRef(BaseModel):
