@@ -15,7 +15,8 @@ without stepping on each other's revisions. New revision::
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,27 +90,37 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         session.close()
 
 
-def _alembic_config(engine: Engine, migrations_dir: Path, service: str):  # type: ignore[no-untyped-def]
+def _alembic_config(  # type: ignore[no-untyped-def]
+    engine: Engine, migrations_dir: Path, service: str, version_dirs: Sequence[Path] = ()
+):
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir))
     cfg.set_main_option("path_separator", "os")
-    cfg.set_main_option("version_locations", str(migrations_dir / "versions"))
+    locations = [migrations_dir / "versions", *version_dirs]
+    cfg.set_main_option("version_locations", os.pathsep.join(str(p) for p in locations))
     cfg.attributes["engine"] = engine
     cfg.attributes["version_table"] = f"alembic_version_{service}"
     return cfg
 
 
-def migrate(engine: Engine, migrations_dir: Path, service: str, revision: str = "heads") -> None:
-    """Upgrade one service's tables to ``revision`` (idempotent).
+def migrate(
+    engine: Engine,
+    migrations_dir: Path,
+    service: str,
+    revision: str = "heads",
+    version_dirs: Sequence[Path] = (),
+) -> None:
+    """Upgrade one service's tables to ``revision`` (idempotent). ``version_dirs`` are more
+    folders of revisions in the same history (the tools service's apps keep theirs at home).
 
     Several replicas may start at once: on PostgreSQL they queue on an advisory lock keyed by
     the service name; on SQLite the busy timeout serialises them.
     """
     from alembic import command
 
-    cfg = _alembic_config(engine, migrations_dir, service)
+    cfg = _alembic_config(engine, migrations_dir, service, version_dirs)
     if engine.dialect.name != "postgresql":
         command.upgrade(cfg, revision)
         return
@@ -166,14 +177,17 @@ class ServiceDatabase:
     ``app.state.db``.
     """
 
-    def __init__(self, service: str, url: str, migrations_dir: Path) -> None:
+    def __init__(
+        self, service: str, url: str, migrations_dir: Path, version_dirs: Sequence[Path] = ()
+    ) -> None:
         self.service = service
         self.engine = make_engine(url)
         self.sessions = make_session_factory(self.engine)
         self.migrations_dir = migrations_dir
+        self.version_dirs = tuple(version_dirs)
 
     def migrate(self) -> None:
-        migrate(self.engine, self.migrations_dir, self.service)
+        migrate(self.engine, self.migrations_dir, self.service, version_dirs=self.version_dirs)
 
     def session(self):  # type: ignore[no-untyped-def]
         """``with db.session() as s:`` commits on success, rolls back on error."""

@@ -12,7 +12,6 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -22,7 +21,7 @@ from pydantic import BaseModel
 from sqlalchemy import inspect
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.tools.db import app_module, load_apps, set_present_tables
+from services.tools.db import app_module, load_apps, set_present_tables, tools_database
 from services.tools.worlds.routes import router as worlds_router
 from shared.app import _HTTP_CODES, _describe_validation
 from shared.app import create_app as create_service_app
@@ -32,7 +31,6 @@ from shared.objectstore import make_object_store
 from shared.settings import get_settings
 
 log = logging.getLogger("k3stack.tools")
-MIGRATIONS = Path(__file__).parent / "migrations"
 _APP_PATH = re.compile(r"^/(?:worlds/[^/]+/)?(?:upload/)?([a-z][a-z0-9_]*)/")
 
 ErrorStyle = Callable[[int, str], JSONResponse]
@@ -174,7 +172,7 @@ def ping(db: ServiceDatabase) -> dict[str, str]:
 
 def create_app() -> FastAPI:
     settings = get_settings()
-    db = ServiceDatabase("tools", settings.database_url or "", MIGRATIONS)
+    db = tools_database(settings.database_url or "")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

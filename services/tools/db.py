@@ -3,21 +3,38 @@
 Every package under ``services/tools/apps/`` is an app, and :func:`load_apps` imports its
 ``models`` (so its tables join ``Base.metadata``) and, when asked, its other modules
 (``routes``, ``state``, ``actions``). The base and the world-scoping rule live in
-``services.tools.tables`` (re-exported here for the apps' models).
+``services.tools.tables`` (re-exported here for the apps' models). An app's tables are
+created by its own Alembic revisions, in ``apps/<app>/migrations/`` (branches off the core's
+first revision); :func:`tools_database` puts every app's folder in the service's history.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from functools import cache
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from sqlalchemy import Table
 
 from services.tools.tables import CORE_PREFIX, Base, WorldScoped
 
-__all__ = ["CORE_PREFIX", "Base", "WorldScoped", "app_module", "app_names", "load_apps"]
+__all__ = [
+    "CORE_PREFIX",
+    "MIGRATIONS",
+    "Base",
+    "WorldScoped",
+    "app_migration_dirs",
+    "app_module",
+    "app_names",
+    "load_apps",
+    "tools_database",
+]
+
+MIGRATIONS = Path(__file__).parent / "migrations"  # the core's history (worlds, events, ...)
 
 
 @cache
@@ -30,6 +47,25 @@ def app_names() -> tuple[str, ...]:
         if info.ispkg:
             names.append(info.name)
     return tuple(sorted(names))
+
+
+def app_migration_dirs() -> list[Path]:
+    """Each app's own revisions folder (``apps/<app>/migrations/``), found by folder."""
+    out = []
+    for app in app_names():
+        spec = importlib.util.find_spec(f"services.tools.apps.{app}")
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            folder = Path(root) / "migrations"
+            if folder.is_dir():
+                out.append(folder)
+    return out
+
+
+def tools_database(url: str) -> Any:
+    """The tools service's database handle: the core's migrations plus every app's."""
+    from shared.db import ServiceDatabase
+
+    return ServiceDatabase("tools", url, MIGRATIONS, version_dirs=app_migration_dirs())
 
 
 def app_module(app: str, module: str) -> ModuleType | None:

@@ -19,16 +19,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
 
 from services.tools.context import WorldContext, open_world, token_digest
+from services.tools.db import tools_database
 from services.tools.models import WorldRow
 from shared.app import create_app as create_service_app
-from shared.db import ServiceDatabase
 from shared.settings import Settings
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "services" / "tools" / "migrations"
 CLOCK = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday, 09:00 UTC
 
 
@@ -44,7 +44,7 @@ def app_routers() -> list[APIRouter]:
 @contextmanager
 def tools_app(tmp: Path, routers: Sequence[APIRouter] | None = None) -> Iterator[FastAPI]:
     """The tools service's app factory with the app routers mounted, migrated and started."""
-    db = ServiceDatabase("tools", f"sqlite:///{tmp / 'tools.db'}", MIGRATIONS)
+    db = tools_database(f"sqlite:///{tmp / 'tools.db'}")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -140,27 +140,20 @@ def live_server(app: FastAPI) -> Iterator[str]:
 def service_server(tmp: Path) -> Iterator[tuple[FastAPI, str]]:
     """The real tools service (``services.tools.app.create_app``: worlds API, every app, MCP)
     on a free port, for the official-SDK contract tests; yields ``(app, base_url)``."""
-    import os
-
     from services.tools.app import create_app
     from shared.settings import get_settings
 
-    saved = {k: os.environ.get(k) for k in ("K3STACK_DATA_DIR", "K3STACK_AUTH_ENABLED")}
-    os.environ["K3STACK_DATA_DIR"] = str(tmp)
-    os.environ["K3STACK_AUTH_ENABLED"] = "false"
-    get_settings.cache_clear()
-    try:
-        app = create_app()
-        with TestClient(app):  # runs the lifespan: migrations, app.state.db
-            with live_server(app) as url:
-                yield app, url
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    # the app keeps its settings from here on: the environment is put back before yielding
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("K3STACK_DATA_DIR", str(tmp))
+        mp.delenv("K3STACK_DATABASE_URL", raising=False)
+        mp.setenv("K3STACK_AUTH_ENABLED", "false")
         get_settings.cache_clear()
+        app = create_app()
+    get_settings.cache_clear()
+    with TestClient(app):  # runs the lifespan: migrations, app.state.db
+        with live_server(app) as url:
+            yield app, url
 
 
 def create_world(base_url: str, seed: int = 0) -> tuple[str, str]:

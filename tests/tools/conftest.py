@@ -7,6 +7,7 @@ session; every test makes its own worlds, which are isolated by construction.
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -16,6 +17,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.tools.scenarios.api import WorldAPI
+
+# What the session's tools app needs from the environment, and only while it is built: the
+# app keeps its settings (``app.state.settings``) from then on, so the variables are put back
+# before any test runs and never reach the test directories that run after this one.
+# (K3STACK_DATA_DIR is the suite's own, set afresh for every test by tests/conftest.py.)
+APP_ENV = ("K3STACK_DATABASE_URL", "K3STACK_AUTH_ENABLED")
+ENV_BEFORE = {k: os.environ.get(k) for k in APP_ENV}
 
 
 @pytest.fixture(scope="session")
@@ -30,9 +38,13 @@ def tools_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClien
         get_settings.cache_clear()
         from services.tools.app import create_app
 
-        with TestClient(create_app()) as client:
-            yield client
-        get_settings.cache_clear()
+        client = TestClient(create_app())
+        client.__enter__()  # the lifespan: migrations, app.state.db
+    get_settings.cache_clear()
+    try:
+        yield client
+    finally:
+        client.__exit__(None, None, None)
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """Adding an app touches only its folder: a minimal app (``echo``: one table, one REST route,
 two MCP tools, one effect, one check, a state export) written into a temporary folder on the
 apps package's path is mounted, served over MCP, scripted by scenarios, exported, forked and
-judged by the core without any core file naming it.
+judged by the core without any core file naming it. Its table comes from its own Alembic
+revision in its own ``migrations/`` folder, which the service's startup finds and runs.
 
-It runs in a subprocess, so the extra app never joins this test session's metadata. Its table
-is created directly (an app in the tree brings its migration next to the others).
+It runs in a subprocess, so the extra app never joins this test session's metadata.
 """
 
 from __future__ import annotations
@@ -75,10 +75,12 @@ FILES = {
         from pydantic import BaseModel
 
         from services.tools.apps.echo import actions
-        from services.tools.mcp.registry import tool
+        from services.tools.mcp.registry import forward, tool
 
 
         class Note(BaseModel):
+            \"\"\"Add a note.\"\"\"
+
             text: str
 
 
@@ -86,10 +88,7 @@ FILES = {
             pass
 
 
-        @tool("echo", "echo_add_note", Note)
-        def add_note(ctx, a):
-            \"\"\"Add a note.\"\"\"
-            return actions.add_note(ctx, a.text)
+        forward("echo", "echo_add_note", Note, actions.add_note)
 
 
         @tool("echo", "echo_list_notes", Nothing, read_only=True)
@@ -112,6 +111,35 @@ FILES = {
             texts = [n["text"] for n in actions.notes(ctx)]
             return Outcome(args["text"] in texts, {"texts": texts})
     """,
+    "migrations/echo_0001.py": """
+        \"\"\"echo: notes
+
+        Revision ID: echo0001
+        Revises: t0001
+        \"\"\"
+
+        import sqlalchemy as sa
+        from alembic import op
+
+        revision = "echo0001"
+        down_revision = "t0001"
+        branch_labels = ("echo",)
+        depends_on = None
+
+
+        def upgrade():
+            op.create_table(
+                "echo_notes",
+                sa.Column("world_id", sa.String(length=64), nullable=False),
+                sa.Column("id", sa.String(length=64), nullable=False),
+                sa.Column("text", sa.Text(), nullable=False),
+                sa.PrimaryKeyConstraint("world_id", "id"),
+            )
+
+
+        def downgrade():
+            op.drop_table("echo_notes")
+    """,
     "state.py": """
         from services.tools.apps.echo import actions
 
@@ -132,7 +160,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
 from services.tools.app import create_app
-from services.tools.db import Base, set_present_tables
 from services.tools.events.registry import get_effect, get_predicate
 from services.tools.context import open_world
 from services.tools.events.engine import evaluate_check
@@ -140,8 +167,8 @@ from shared.contracts.tools import Check
 
 with TestClient(create_app()) as c:
     db = c.app.state.db
-    Base.metadata.tables["echo_notes"].create(db.engine)
-    set_present_tables(set(inspect(db.engine).get_table_names()))
+    assert "echo_notes" in inspect(db.engine).get_table_names()  # its own revision ran
+    assert "echo" in db.revision(), db.revision()
     w = c.post("/worlds", json={}).json()
     auth = {"Authorization": f"Bearer {w['token']}"}
     assert c.post(f"/worlds/{w['id']}/echo/notes", json={"text": "rest"}, headers=auth).status_code == 200
@@ -173,6 +200,7 @@ def test_a_new_app_needs_only_its_folder(tmp_path: Path) -> None:
     app = tmp_path / "echo"
     app.mkdir()
     for name, text in FILES.items():
+        (app / name).parent.mkdir(parents=True, exist_ok=True)
         (app / name).write_text(textwrap.dedent(text).lstrip())
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(

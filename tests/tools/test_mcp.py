@@ -58,8 +58,12 @@ def test_initialize_list_and_notifications(world):
     )
     assert init["result"]["protocolVersion"] == "2025-06-18"
     assert init["result"]["capabilities"]["tools"] == {"listChanged": False}
-    odd = rpc(world, "initialize", {"protocolVersion": "1999-01-01"})
-    assert odd["result"]["protocolVersion"] == "2025-11-25"
+    hello = {"capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    odd = rpc(world, "initialize", {"protocolVersion": "1999-01-01", **hello})
+    assert odd["result"]["protocolVersion"] == "2025-11-25"  # the newest it speaks
+    assert init["result"]["serverInfo"]["name"] == "k3stack-tools"
+    # initialize without the spec's required clientInfo is a JSON-RPC error, not a crash
+    assert rpc(world, "initialize", {"protocolVersion": "2025-06-18"})["error"]["code"] == -32602
     r = world.client.post(
         f"/worlds/{world.id}/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}
     )
@@ -207,11 +211,17 @@ def test_transport_edges(app, world):
     r = world.client.post(url, content=b"{nope", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == -32700
     assert world.client.get(url).status_code == 405
-    batch = [
-        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
-        {"jsonrpc": "2.0", "method": "notifications/x"},
-    ]
-    assert world.client.post(url, json=batch).json() == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+    r = world.client.post(url, content=b"{}", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32600
+    # JSON-RPC batches left MCP in 2025-06-18; the SDK answers them with an error, not a crash
+    batch = [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]
+    r = world.client.post(url, json=batch)
+    assert r.status_code == 400 and r.json()["error"]["code"] in (-32600, -32602)
+    # a client that takes neither JSON nor a stream is told so
+    r = world.client.post(
+        url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers={"Accept": "text/html"}
+    )
+    assert r.status_code == 406
     other = make_world(app)
     r = other.client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert r.status_code in (401, 403)
@@ -239,3 +249,31 @@ def test_official_mcp_client(app, world):
     assert {"slack_post_message", "API-post-search", "create-event"} <= names
     assert posted.is_error is False and posted.structured_content["message"]["text"] == "via sdk"
     assert failed.is_error is True and "user_not_found" in failed.content[0].text
+
+
+def test_a_forwarded_tool_is_checked_against_its_action():
+    """A pass-through tool is only its arguments model: the handler is derived from it, and a
+    field the action does not take fails at registration, not in an agent's call."""
+    from pydantic import BaseModel
+
+    from services.tools.mcp.registry import _REGISTRY, forward
+
+    class Greet(BaseModel):
+        """Say hello."""
+
+        who: str
+
+    def greet(ctx, *, name: str) -> dict:
+        return {"hello": name}
+
+    with pytest.raises(TypeError, match="takes no who"):
+        forward("test_app", "greet", Greet, greet)
+    forward("test_app", "greet", Greet, greet, rename={"who": "name"}, read_only=True)
+    try:
+        t = _REGISTRY["test_app"]["greet"]
+        assert t.description == "Say hello." and t.read_only
+        assert t.schema()["inputSchema"]["required"] == ["who"]
+        assert "description" not in t.schema()["inputSchema"]
+        assert t.handler(None, Greet(who="ana")) == {"hello": "ana"}
+    finally:
+        _REGISTRY.pop("test_app", None)

@@ -186,6 +186,38 @@ def test_deterministic_replay(tools_client) -> None:
     assert _replay(tools_client, False)["state_hash"] != one["state_hash"]
 
 
+ATTACHMENTS = [
+    {"filename": "contract.pdf", "mime_type": "application/pdf", "content": b"%PDF-1.4 terms"},
+    {"filename": "notes.txt", "mime_type": "text/plain", "content": "sign by Friday"},
+]
+
+
+def _world_with_attachments(client, seed: int) -> dict:
+    """A world whose mailbox holds a delivered mail and a sent one, both with attachments."""
+    from services.tools.context import open_world
+    from services.tools.events.registry import get_effect
+
+    w = create_world(client, "empty", seed)
+    with client.app.state.db.session() as s, open_world(s, w.id, actor="setup") as ctx:
+        get_effect("gmail.setup_mailbox")(ctx, {"email": "me@acme.test", "name": "Me"}, None)
+        mail = {"from": "ana@acme.test", "subject": "Contract", "body": "see attached"}
+        get_effect("gmail.deliver")(ctx, {**mail, "attachments": ATTACHMENTS}, None)
+    w.api.gmail_send(["ana@acme.test"], "Signed", "attached", attachments=ATTACHMENTS)
+    return w.state()
+
+
+def test_same_seed_same_hash_with_attachments(tools_client) -> None:
+    """Multipart mail carries a MIME boundary; it comes from the world's ids, not chance, so
+    two worlds built the same way from the same seed hash the same."""
+    one = _world_with_attachments(tools_client, 11)
+    two = _world_with_attachments(tools_client, 11)
+    raws = [m for m in one["apps"]["gmail"]["messages"] if m.get("attachments")]
+    assert len(raws) == 2, one["apps"]["gmail"]["messages"]
+    assert one["state_hash"] == two["state_hash"]
+    assert one["full_hash"] == two["full_hash"]
+    assert _world_with_attachments(tools_client, 12)["state_hash"] != one["state_hash"]
+
+
 def test_management_needs_api_key_when_auth_is_on(tmp_path, monkeypatch) -> None:
     from fastapi.testclient import TestClient
 
@@ -235,6 +267,17 @@ def test_large_snapshots_live_in_the_object_store(tools_client, monkeypatch) -> 
     )
     assert a.state()["full_hash"] == before["full_hash"]
     assert tools_client.post(f"/worlds/{b.id}/reset").status_code == 200
+
+
+def test_the_session_app_leaves_the_environment_alone(tools_client) -> None:
+    """The session's app took its settings when it was built; the variables it was built
+    with are not left set for the test directories that run after this one."""
+    import os
+
+    from tests.tools.conftest import APP_ENV, ENV_BEFORE
+
+    assert tools_client.app.state.settings.auth_enabled is False
+    assert {k: os.environ.get(k) for k in APP_ENV} == ENV_BEFORE
 
 
 def test_health_does_no_migration_work(tools_client) -> None:

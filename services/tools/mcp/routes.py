@@ -1,55 +1,52 @@
 """MCP endpoints: ``/worlds/{world_id}/mcp`` (every app's tools) and
 ``/worlds/{world_id}/mcp/{app}`` (one app's, like the separate public servers).
 
-Auth is the world token (``Authorization: Bearer``), as for the apps' REST routes.
+Auth is the world token (``Authorization: Bearer``), checked by the same dependency as the
+apps' REST routes; the request is then handed, with its world, to the SDK's transport
+(``server.serve``), which writes the answer itself.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from services.tools.context import WorldCtx
-from services.tools.mcp.registry import tool_apps, tools_for
-from services.tools.mcp.server import INVALID_REQUEST, PARSE_ERROR, _error, handle
-from services.tools.serial import world_lock
+from services.tools.mcp.registry import tool_apps
+from services.tools.mcp.server import WorldRoute, serve
 
 router = APIRouter(prefix="/worlds/{world_id}/mcp", tags=["mcp"])
 
 
-async def _serve(ctx: Any, request: Request, apps: tuple[str, ...]) -> Response:
-    raw = await request.body()
-    try:
-        message = json.loads(raw)
-    except ValueError:
-        return JSONResponse(_error(None, PARSE_ERROR, "Parse error"), status_code=400)
-    tools = tools_for(apps)
-    async with world_lock(str(request.path_params.get("world_id", ""))):
-        return await _answer(ctx, tools, message)
+class _SDKAnswer(Response):
+    """A response the SDK's transport writes (status, headers and body are all its own)."""
+
+    def __init__(self, route: WorldRoute) -> None:
+        super().__init__()
+        self.route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await serve(self.route, scope, receive, send)
 
 
-async def _answer(ctx: Any, tools: Any, message: Any) -> Response:
-    if isinstance(message, list):
-        if not message:
-            return JSONResponse(_error(None, INVALID_REQUEST, "empty batch"), status_code=400)
-        answers = [
-            a for m in message if (a := await run_in_threadpool(handle, ctx, tools, m)) is not None
-        ]
-        return JSONResponse(answers) if answers else Response(status_code=202)
-    answer = await run_in_threadpool(handle, ctx, tools, message)
-    if answer is None:
-        return Response(status_code=202)
-    return JSONResponse(answer)
+def _rpc_error(status: int, code: int, message: str) -> JSONResponse:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status)
+
+
+def _answer(ctx: WorldCtx, request: Request, apps: tuple[str, ...]) -> Response:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        # the SDK answers this in plain text; the documented error body is JSON-RPC's
+        return _rpc_error(400, -32600, "Content-Type must be application/json")
+    return _SDKAnswer(WorldRoute(request.app.state.db, ctx.world_id, apps))
 
 
 @router.post("", operation_id="mcp_all")
 async def mcp_all(ctx: WorldCtx, request: Request) -> Response:
     """MCP streamable HTTP endpoint with every app's tools."""
-    return await _serve(ctx, request, tool_apps())
+    return _answer(ctx, request, tool_apps())
 
 
 @router.post("/{app}", operation_id="mcp_app")
@@ -57,11 +54,8 @@ async def mcp_app(ctx: WorldCtx, app: str, request: Request) -> Response:
     """MCP streamable HTTP endpoint with one app's tools (slack, notion, calendar, gmail)."""
     if app not in tool_apps():
         known = ", ".join(tool_apps())
-        return JSONResponse(
-            _error(None, INVALID_REQUEST, f"unknown app {app!r}; use one of {known}"),
-            status_code=404,
-        )
-    return await _serve(ctx, request, (app,))
+        return _rpc_error(404, -32600, f"unknown app {app!r}; use one of {known}")
+    return _answer(ctx, request, (app,))
 
 
 @router.get("", operation_id="mcp_stream", include_in_schema=False)

@@ -1,43 +1,53 @@
-"""A stateless MCP server over streamable HTTP (the JSON-response subset of the transport).
+"""The MCP server of a world's apps, on the official ``mcp`` SDK (its low-level ``Server`` and
+its streamable-HTTP transport, stateless, JSON responses).
 
-Each POST carries one JSON-RPC message (or a batch); requests get ``application/json``
-answers, notifications ``202``. Supported: ``initialize`` (protocol versions 2024-11-05 to
-2025-11-25), ``ping``, ``tools/list``, ``tools/call``; ``server/discover`` and anything else
-answer ``-32601`` (the official client then falls back to ``initialize``). No session id is
-issued and no server-initiated stream is offered (``GET`` answers 405), which the transport
-allows. Tool failures are results with ``isError: true`` carrying the app's own error body, so
-a model sees them as observations; the world's session is rolled back for them.
+The SDK owns the protocol: ``initialize`` and version negotiation, ``ping``, JSON-RPC framing
+and errors, notifications (``202``), the ``Accept`` / ``Content-Type`` rules. This module
+supplies the two handlers, ``tools/list`` and ``tools/call``, which read which world and which
+apps a request is for from the HTTP request the transport hands them (``routes.py`` puts it
+there after checking the world token). Each request runs on a fresh stateless transport, so
+no ``Mcp-Session-Id`` is issued and nothing outlives the request.
+
+Tool failures are results with ``isError: true`` carrying the app's own error body (Slack's
+``{"ok": false}``, Notion's error object, Google's ``{"error": ...}``), so a model sees them as
+observations; the world's session is rolled back for them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
-from services.tools.context import WorldContext
-from services.tools.mcp.registry import Tool
-from services.tools.serial import retry_sync
+from services.tools.context import WorldContext, open_world
+from services.tools.mcp.registry import Tool, tools_for
+from services.tools.serial import retry_sync, world_lock
 
 log = logging.getLogger("k3stack.tools.mcp")
+# The SDK logs each stateless request's start and end at INFO; one line per tool call is noise.
+for _name in ("mcp.server.streamable_http_manager", "mcp.server.streamable_http"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
-PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-SERVER_INFO = {"name": "k3stack-tools", "title": "k3stack mock apps", "version": "0.1.0"}
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
+ROUTE_KEY = "k3stack.mcp"  # the ASGI scope key routes.py stores the request's world under
+INSTRUCTIONS = "Tools over this world's mock apps; the world clock is simulated."
 
 
-def _error(msg_id: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+@dataclass(frozen=True)
+class WorldRoute:
+    """What one MCP request is for: a world (already authenticated) and the apps it serves."""
 
-
-def _result(msg_id: Any, result: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+    db: Any  # shared.db.ServiceDatabase
+    world_id: str
+    apps: tuple[str, ...]
 
 
 def _tool_error(body: Any) -> dict[str, Any]:
@@ -45,16 +55,9 @@ def _tool_error(body: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
-def _app_error_body(exc: Exception) -> Any:
-    """An app error in the app's own shape (Slack ``{ok: false}``, Notion, Google)."""
-    body = getattr(exc, "body", None)
-    if callable(body):
-        return body()
-    return {"error": str(exc)}
-
-
 def call_tool(ctx: WorldContext, tool: Tool, arguments: Any) -> dict[str, Any]:
-    """Run one tool in the world; commit on success, roll back on failure."""
+    """Run one tool in the world; commit on success, roll back on failure. Returns the MCP
+    ``CallToolResult`` as JSON (the in-process scenario driver uses it directly)."""
     try:
         args = tool.args.model_validate(arguments or {})
     except ValidationError as exc:
@@ -80,52 +83,76 @@ def call_tool(ctx: WorldContext, tool: Tool, arguments: Any) -> dict[str, Any]:
         result = retry_sync(attempt, ctx.session.rollback)
     except Exception as exc:  # noqa: BLE001 - every failure is an observation for the agent
         ctx.session.rollback()
-        if callable(getattr(exc, "body", None)):
-            return _tool_error(_app_error_body(exc))
+        body = getattr(exc, "body", None)
+        if callable(body):
+            return _tool_error(body())
         log.exception("MCP tool %s failed", tool.name)
         return _tool_error({"error": "internal_error", "message": f"{type(exc).__name__}"})
     if result is None:
         result = {}
-    text = json.dumps(result, default=str)
-    out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+    out: dict[str, Any] = {
+        "content": [{"type": "text", "text": json.dumps(result, default=str)}],
+        "isError": False,
+    }
     if isinstance(result, dict):
         out["structuredContent"] = result
     return out
 
 
-def handle(ctx: WorldContext, tools: dict[str, Tool], message: Any) -> dict[str, Any] | None:
-    """Answer one JSON-RPC message (``None`` for a notification or a response)."""
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return _error(None, INVALID_REQUEST, "expected a JSON-RPC 2.0 object")
-    method = message.get("method")
-    msg_id = message.get("id")
-    if "id" not in message or method is None:
-        return None  # a notification (or a client's response): accepted, no answer
-    if not isinstance(method, str):
-        return _error(msg_id, INVALID_REQUEST, "method must be a string")
-    params = message.get("params") or {}
-    if not isinstance(params, dict):
-        return _error(msg_id, INVALID_PARAMS, "params must be an object")
-    if method == "initialize":
-        asked = params.get("protocolVersion")
-        version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
-        return _result(
-            msg_id,
-            {
-                "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": SERVER_INFO,
-                "instructions": "Tools over this world's mock apps; the world clock is simulated.",
-            },
-        )
-    if method == "ping":
-        return _result(msg_id, {})
-    if method == "tools/list":
-        return _result(msg_id, {"tools": [t.schema() for t in tools.values()]})
-    if method == "tools/call":
-        name = params.get("name")
-        tool = tools.get(name) if isinstance(name, str) else None
-        if tool is None:
-            return _error(msg_id, INVALID_PARAMS, f"Unknown tool: {name}")
-        return _result(msg_id, call_tool(ctx, tool, params.get("arguments")))
-    return _error(msg_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+def _route(ctx: Any) -> WorldRoute:
+    request = ctx.request
+    route = request.scope.get(ROUTE_KEY) if request is not None else None
+    if not isinstance(route, WorldRoute):  # only reachable if someone mounts the SDK app bare
+        raise MCPError(code=types.INVALID_REQUEST, message="no world for this MCP request")
+    return route
+
+
+def _run_in_world(route: WorldRoute, tool: Tool, arguments: Any) -> dict[str, Any]:
+    with route.db.session() as session, open_world(session, route.world_id) as ctx:
+        return call_tool(ctx, tool, arguments)
+
+
+async def _list_tools(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
+    tools = tools_for(_route(ctx).apps)
+    return types.ListToolsResult(
+        tools=[types.Tool.model_validate(t.schema()) for t in tools.values()]
+    )
+
+
+async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    route = _route(ctx)
+    tool = tools_for(route.apps).get(params.name)
+    if tool is None:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+    async with world_lock(route.world_id):  # one writer per world, as for the REST routes
+        out = await run_in_threadpool(_run_in_world, route, tool, params.arguments)
+    return types.CallToolResult.model_validate(out)
+
+
+def make_server() -> Server[Any]:
+    """The SDK server with the world's tools (stateless: one instance serves every world)."""
+    return Server(
+        "k3stack-tools",
+        version="0.1.0",
+        title="k3stack mock apps",
+        instructions=INSTRUCTIONS,
+        on_list_tools=_list_tools,
+        on_call_tool=_call_tool,
+    )
+
+
+SERVER = make_server()
+
+
+async def serve(route: WorldRoute, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer one streamable-HTTP request for ``route`` with the SDK's stateless transport.
+
+    A session manager runs for just this request: its task group then lives on the request's
+    own event loop, whichever loop (the server's, a test client's) that is.
+    """
+    manager = StreamableHTTPSessionManager(SERVER, json_response=True, stateless=True)
+    scope = {**scope, ROUTE_KEY: route}
+    async with manager.run():
+        await manager.handle_request(scope, receive, send)

@@ -14,6 +14,8 @@ from email.message import EmailMessage
 from email.utils import getaddresses
 from typing import Any
 
+from services.tools.apps.gmail.mime import fix_boundaries
+
 
 class APIFailure(RuntimeError):
     pass
@@ -131,6 +133,9 @@ class WorldAPI:
             data = att["content"].encode() if isinstance(att["content"], str) else att["content"]
             maintype, _, subtype = att.get("mime_type", "text/plain").partition("/")
             msg.add_attachment(data, maintype=maintype, subtype=subtype, filename=att["filename"])
+        # the same calls send the same bytes: the MIME boundary comes from the content, not chance
+        names = ",".join(a["filename"] for a in attachments or [])
+        fix_boundaries(msg, f"{msg['To']}|{msg['Cc']}|{subject}|{body}|{names}")
         raw = base64.urlsafe_b64encode(msg.as_bytes()).decode()
         body_json: dict[str, Any] = {"raw": raw}
         if thread_id:

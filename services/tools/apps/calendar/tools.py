@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from services.tools.apps.calendar import actions as cal
 from services.tools.context import WorldContext
-from services.tools.mcp.registry import tool
+from services.tools.mcp.registry import NoArgs, forward, tool
 
 CALENDAR = Field("primary", description='Calendar id, or "primary" for the user\'s own.')
 
@@ -49,14 +49,16 @@ def _range(t: str | None) -> str | None:
     return t
 
 
-class NoArgs(BaseModel):
-    pass
+IDS = {"calendarId": "calendar_id", "eventId": "event_id"}  # public names -> the actions'
 
-
-@tool("calendar", "list-calendars", NoArgs, read_only=True)
-def list_calendars(ctx: WorldContext, a: NoArgs) -> Any:
-    """List all calendars the user can see."""
-    return cal.calendar_list(ctx)
+forward(
+    "calendar",
+    "list-calendars",
+    NoArgs,
+    cal.calendar_list,
+    read_only=True,
+    description="List all calendars the user can see.",
+)
 
 
 class ListEvents(BaseModel):
@@ -67,12 +69,11 @@ class ListEvents(BaseModel):
     pageToken: str | None = None  # noqa: N815
 
 
-@tool("calendar", "list-events", ListEvents, read_only=True)
-def list_events(ctx: WorldContext, a: ListEvents) -> Any:
-    """List events in a time range, recurring events expanded, in start order."""
+def _events(ctx: WorldContext, a: ListEvents, q: str | None = None) -> Any:
     return cal.list_events(
         ctx,
         calendar_id=a.calendarId,
+        q=q,
         time_min=_range(a.timeMin),
         time_max=_range(a.timeMax),
         single_events=True,
@@ -80,6 +81,12 @@ def list_events(ctx: WorldContext, a: ListEvents) -> Any:
         max_results=a.maxResults,
         page_token=a.pageToken,
     )
+
+
+@tool("calendar", "list-events", ListEvents, read_only=True)
+def list_events(ctx: WorldContext, a: ListEvents) -> Any:
+    """List events in a time range, recurring events expanded, in start order."""
+    return _events(ctx, a)
 
 
 class SearchEvents(ListEvents):
@@ -89,28 +96,17 @@ class SearchEvents(ListEvents):
 @tool("calendar", "search-events", SearchEvents, read_only=True)
 def search_events(ctx: WorldContext, a: SearchEvents) -> Any:
     """Search events by text."""
-    return cal.list_events(
-        ctx,
-        calendar_id=a.calendarId,
-        q=a.query,
-        time_min=_range(a.timeMin),
-        time_max=_range(a.timeMax),
-        single_events=True,
-        order_by="startTime",
-        max_results=a.maxResults,
-        page_token=a.pageToken,
-    )
+    return _events(ctx, a, q=a.query)
 
 
 class EventRef(BaseModel):
+    """Get one event."""
+
     calendarId: str = CALENDAR  # noqa: N815
     eventId: str = Field(description="The event's id.")  # noqa: N815
 
 
-@tool("calendar", "get-event", EventRef, read_only=True)
-def get_event(ctx: WorldContext, a: EventRef) -> Any:
-    """Get one event."""
-    return cal.get_event(ctx, calendar_id=a.calendarId, event_id=a.eventId)
+forward("calendar", "get-event", EventRef, cal.get_event, read_only=True, rename=IDS)
 
 
 class CreateEvent(BaseModel):

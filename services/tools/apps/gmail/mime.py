@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import html
 import re
 from dataclasses import dataclass, field
@@ -222,6 +223,15 @@ def addresses(value: str) -> list[str]:
     return [addr.lower() for _, addr in getaddresses([value]) if addr]
 
 
+def fix_boundaries(msg: EmailMessage, seed: str) -> None:
+    """Give each multipart part of ``msg`` a boundary derived from ``seed`` (the message's
+    world-issued Message-ID, or its content) instead of the email package's random one: a
+    world built twice from one seed must hold the same bytes, or its state hash differs."""
+    digest = hashlib.sha256(seed.encode()).hexdigest()[:32]
+    for i, part in enumerate(p for p in msg.walk() if p.is_multipart()):
+        part.set_boundary(f"=_k3_{digest}_{i}")
+
+
 def build_message(
     *,
     sender: str,
@@ -256,6 +266,7 @@ def build_message(
         data = content.encode() if isinstance(content, str) else bytes(content)
         maintype, _, subtype = att.get("mime_type", "application/octet-stream").partition("/")
         msg.add_attachment(data, maintype=maintype, subtype=subtype, filename=att["filename"])
+    fix_boundaries(msg, message_id or f"{sender}|{msg['To']}|{subject}|{date.isoformat()}")
     return msg.as_bytes(policy=policy.SMTP)
 
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from services.tools.apps.gmail import actions as gmail
 from services.tools.context import WorldContext
-from services.tools.mcp.registry import tool
+from services.tools.mcp.registry import NoArgs, tool
 
 
 def _summary(row: Any) -> dict[str, Any]:
@@ -126,10 +126,6 @@ def modify_email(ctx: WorldContext, a: Modify) -> Any:
 def delete_email(ctx: WorldContext, a: MessageRef) -> Any:
     """Move an email to the trash."""
     return _summary(gmail.trash(ctx, a.messageId))
-
-
-class NoArgs(BaseModel):
-    pass
 
 
 @tool("gmail", "list_email_labels", NoArgs, read_only=True)

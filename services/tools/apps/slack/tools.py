@@ -1,4 +1,9 @@
-"""Slack MCP tools, named as the reference Slack MCP server names them (``slack_*``)."""
+"""Slack MCP tools, named as the reference Slack MCP server names them (``slack_*``).
+
+Each tool is its arguments model (its docstring the description), passed on to the action
+with the public server's argument names mapped to the Slack API's (``channel_id`` is the
+API's ``channel``).
+"""
 
 from __future__ import annotations
 
@@ -9,100 +14,70 @@ from pydantic import BaseModel, Field
 from services.tools.apps.slack import actions as slack
 from services.tools.apps.slack import search as slack_search
 from services.tools.context import WorldContext
-from services.tools.mcp.registry import tool
+from services.tools.mcp.registry import forward, tool
+
+CHANNEL = {"channel_id": "channel"}
 
 
 class ListChannels(BaseModel):
+    """List public channels in the workspace, with pagination."""
+
     limit: int = Field(100, ge=1, le=200, description="Channels per page (max 200).")
     cursor: str | None = Field(None, description="next_cursor from the previous page.")
 
 
-@tool("slack", "slack_list_channels", ListChannels, read_only=True)
-def list_channels(ctx: WorldContext, a: ListChannels) -> Any:
-    """List public channels in the workspace, with pagination."""
-    return slack.conversations_list(ctx, cursor=a.cursor, limit=a.limit, exclude_archived=True)
-
-
 class PostMessage(BaseModel):
+    """Post a new message to a Slack channel."""
+
     channel_id: str = Field(description="The channel to post to (id such as C0123, or #name).")
     text: str = Field(description="The message text (Slack mrkdwn; mention with <@U123>).")
 
 
-@tool("slack", "slack_post_message", PostMessage)
-def post_message(ctx: WorldContext, a: PostMessage) -> Any:
-    """Post a new message to a Slack channel."""
-    return slack.post_message(ctx, channel=a.channel_id, text=a.text)
-
-
 class ReplyToThread(BaseModel):
+    """Reply to a specific message thread in Slack."""
+
     channel_id: str = Field(description="The channel containing the thread.")
     thread_ts: str = Field(description="The ts of the parent message, e.g. 1718000000.000100.")
     text: str = Field(description="The reply text.")
 
 
-@tool("slack", "slack_reply_to_thread", ReplyToThread)
-def reply_to_thread(ctx: WorldContext, a: ReplyToThread) -> Any:
-    """Reply to a specific message thread in Slack."""
-    return slack.post_message(ctx, channel=a.channel_id, text=a.text, thread_ts=a.thread_ts)
-
-
 class AddReaction(BaseModel):
+    """Add a reaction emoji to a message."""
+
     channel_id: str = Field(description="The channel containing the message.")
     timestamp: str = Field(description="The ts of the message to react to.")
     reaction: str = Field(description="The emoji name, without colons (e.g. thumbsup).")
 
 
-@tool("slack", "slack_add_reaction", AddReaction)
-def add_reaction(ctx: WorldContext, a: AddReaction) -> Any:
-    """Add a reaction emoji to a message."""
-    return slack.reactions_add(ctx, channel=a.channel_id, timestamp=a.timestamp, name=a.reaction)
-
-
 class ChannelHistory(BaseModel):
+    """Get recent messages from a channel, newest first."""
+
     channel_id: str = Field(description="The channel id (or #name).")
     limit: int = Field(10, ge=1, le=999, description="Number of messages to return.")
     cursor: str | None = Field(None, description="next_cursor from the previous page.")
 
 
-@tool("slack", "slack_get_channel_history", ChannelHistory, read_only=True)
-def channel_history(ctx: WorldContext, a: ChannelHistory) -> Any:
-    """Get recent messages from a channel, newest first."""
-    return slack.conversations_history(ctx, channel=a.channel_id, limit=a.limit, cursor=a.cursor)
-
-
 class ThreadReplies(BaseModel):
+    """Get all replies in a message thread (the parent first)."""
+
     channel_id: str = Field(description="The channel containing the thread.")
     thread_ts: str = Field(description="The ts of the parent message.")
 
 
-@tool("slack", "slack_get_thread_replies", ThreadReplies, read_only=True)
-def thread_replies(ctx: WorldContext, a: ThreadReplies) -> Any:
-    """Get all replies in a message thread (the parent first)."""
-    return slack.conversations_replies(ctx, channel=a.channel_id, ts=a.thread_ts)
-
-
 class GetUsers(BaseModel):
+    """Get a list of all users in the workspace with their basic profile information."""
+
     cursor: str | None = Field(None, description="next_cursor from the previous page.")
     limit: int = Field(100, ge=1, le=200, description="Users per page (max 200).")
-
-
-@tool("slack", "slack_get_users", GetUsers, read_only=True)
-def get_users(ctx: WorldContext, a: GetUsers) -> Any:
-    """Get a list of all users in the workspace with their basic profile information."""
-    return slack.users_list(ctx, cursor=a.cursor, limit=a.limit)
 
 
 class UserProfile(BaseModel):
     user_id: str = Field(description="The user's id, e.g. U0123.")
 
 
-@tool("slack", "slack_get_user_profile", UserProfile, read_only=True)
-def user_profile(ctx: WorldContext, a: UserProfile) -> Any:
-    """Get detailed profile information for a specific user."""
-    return slack.users_info(ctx, user=a.user_id)["user"]
-
-
 class SearchMessages(BaseModel):
+    """Search messages the user can see, with Slack's search modifiers."""
+
     query: str = Field(
         description='Slack search syntax: words, "phrases", in:#channel, from:@user, '
         "after:/before:/on:YYYY-MM-DD, -excluded."
@@ -111,27 +86,66 @@ class SearchMessages(BaseModel):
     page: int = Field(1, ge=1, description="1-based page number.")
 
 
-@tool("slack", "slack_search_messages", SearchMessages, read_only=True)
-def search_messages(ctx: WorldContext, a: SearchMessages) -> Any:
-    """Search messages the user can see, with Slack's search modifiers."""
-    return slack_search.search_messages(ctx, query=a.query, count=a.count, page=a.page)
-
-
 class JoinChannel(BaseModel):
+    """Join a public channel (needed before posting to it)."""
+
     channel_id: str = Field(description="The public channel to join.")
 
 
-@tool("slack", "slack_join_channel", JoinChannel)
-def join_channel(ctx: WorldContext, a: JoinChannel) -> Any:
-    """Join a public channel (needed before posting to it)."""
-    return slack.conversations_join(ctx, channel=a.channel_id)
-
-
 class OpenDM(BaseModel):
+    """Open (or find) a direct message conversation; returns its channel id."""
+
     user_ids: list[str] = Field(description="One user id for a DM, several for a group DM.")
 
 
-@tool("slack", "slack_open_dm", OpenDM)
-def open_dm(ctx: WorldContext, a: OpenDM) -> Any:
-    """Open (or find) a direct message conversation; returns its channel id."""
-    return slack.conversations_open(ctx, users=a.user_ids)
+forward(
+    "slack",
+    "slack_list_channels",
+    ListChannels,
+    slack.conversations_list,
+    read_only=True,
+    exclude_archived=True,
+)
+forward("slack", "slack_post_message", PostMessage, slack.post_message, rename=CHANNEL)
+forward("slack", "slack_reply_to_thread", ReplyToThread, slack.post_message, rename=CHANNEL)
+forward(
+    "slack",
+    "slack_add_reaction",
+    AddReaction,
+    slack.reactions_add,
+    rename={**CHANNEL, "reaction": "name"},
+)
+forward(
+    "slack",
+    "slack_get_channel_history",
+    ChannelHistory,
+    slack.conversations_history,
+    read_only=True,
+    rename=CHANNEL,
+)
+forward(
+    "slack",
+    "slack_get_thread_replies",
+    ThreadReplies,
+    slack.conversations_replies,
+    read_only=True,
+    rename={**CHANNEL, "thread_ts": "ts"},
+)
+forward("slack", "slack_get_users", GetUsers, slack.users_list, read_only=True)
+
+
+@tool("slack", "slack_get_user_profile", UserProfile, read_only=True)
+def user_profile(ctx: WorldContext, a: UserProfile) -> Any:
+    """Get detailed profile information for a specific user."""
+    return slack.users_info(ctx, user=a.user_id)["user"]
+
+
+forward(
+    "slack",
+    "slack_search_messages",
+    SearchMessages,
+    slack_search.search_messages,
+    read_only=True,
+)
+forward("slack", "slack_join_channel", JoinChannel, slack.conversations_join, rename=CHANNEL)
+forward("slack", "slack_open_dm", OpenDM, slack.conversations_open, rename={"user_ids": "users"})
