@@ -76,6 +76,12 @@ def test_debian_tools(runtime, deb):
     assert "bookworm" in sh(runtime, deb, "cat /etc/os-release")
     assert sh(runtime, deb, "bash -c 'echo $BASH_VERSION'").startswith("5.")
     assert sh(runtime, deb, "curl --version").startswith("curl ")
+    # web-app candidates build and serve with Debian's node (npm beside it, for installs)
+    assert sh(runtime, deb, "node --version").startswith("v18.")
+    assert (
+        sh(runtime, deb, "test -x /usr/bin/npm && test -d /usr/share/nodejs/npm && echo ok")
+        == "ok\n"
+    )
     assert sh(runtime, deb, "findmnt -n -o SOURCE /").strip() == "/dev/vda"
     # the root is the private overlay over the shared read-only base
     from services.sandbox.images.builder import find_debian_image

@@ -1,7 +1,7 @@
 """Web verifier acceptance on a real QEMU microVM (markers ``vm`` and ``browser``): each app is
 copied into a Debian microVM of the sandbox service (python3, nodejs, npm in the image), built
-there (npm for the ``package.json`` apps, ``sh`` otherwise), served there (``npm start`` for the
-node server, ``python3 -m http.server`` for static files), reached through the service's
+there (the ``package.json`` apps' scripts run by node, ``sh build.sh`` otherwise), served there
+(the ``start`` script's node server, ``python3 -m http.server`` for static files), reached through the service's
 guest-port route and driven by Debian's Chromium. Rewards in the right order, zeros where the
 rules say zero.
 
@@ -48,16 +48,16 @@ def test_rewards_in_order_in_a_microvm(sandbox: SandboxClient, tmp_path: Path) -
         assert run.runtime == "microvm runtime", (name, run.runtime)
         print(f"{name}: reward {run.reward:.3f} ({run.reason}); in the VM {run.sandbox_s} s")
     r = {k: v.reward for k, v in runs.items()}
-    # correct: npm start runs its node server in the guest
+    # correct: its start script runs its node server in the guest
     assert runs["correct"].pass_rate == 1.0 and runs["correct"].zero_rule is None, runs["correct"]
     assert r["correct"] > 0.9
-    # partial: built by npm run build (node) into dist/, served by python3 -m http.server
+    # partial: its build script (node) makes dist/, served by python3 -m http.server
     assert runs["partial"].zero_rule is None and runs["partial"].pass_rate == pytest.approx(2 / 3)
     assert "node build.js" in runs["partial"].build_log
     assert r["correct"] > r["partial"] > 0.0
     assert runs["build_fails"].zero_rule == "build_failed"
     assert "Cannot find module './missing'" in runs["build_fails"].build_log
-    assert "npm run build exited" in runs["build_fails"].build_log
+    assert "script 'build' exited 1" in runs["build_fails"].build_log
     assert runs["runtime_error"].zero_rule == "runtime_error"
     assert "undefinedHelper" in runs["runtime_error"].reason
     assert runs["hardcoded"].zero_rule == "faked_artifact" and "counter" in runs["hardcoded"].reason

@@ -20,6 +20,7 @@ import functools
 import http.server
 import json
 import secrets
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -111,7 +112,7 @@ def app_files(path: Path) -> dict[str, bytes]:
 def _serve_reference(directory: Path) -> Iterator[str]:
     """The trusted reference, served from the verifier on loopback."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -124,6 +125,11 @@ def _serve_reference(directory: Path) -> Iterator[str]:
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """The browser closing a connection mid-answer is no error of the reference's."""
 
 
 def _wait_http(url: str, timeout_s: float) -> bool:
@@ -164,16 +170,51 @@ def _run(sandbox: SandboxClient, sid: str, cmd: str, timeout: float) -> tuple[in
     return out.exit_code, (out.stdout + out.stderr)[-4000:]
 
 
+def _package_steps(files: dict[str, bytes]) -> tuple[list[tuple[str, str]], str | None]:
+    """Build steps and start command of a ``package.json`` app.
+
+    Scripts run the way ``npm run`` runs them (``sh -c`` in the app, ``node_modules/.bin`` first
+    on PATH, pre/post hooks) but without the npm CLI itself, whose own start-up takes most of
+    a minute in a TCG microVM; npm runs only for ``npm install --offline``, when the app
+    declares dependencies and ships no ``node_modules/`` (the sandbox has no registry, so
+    dependencies must be vendored: without them the install fails the build).
+
+    Raises:
+        ValueError: package.json is not an object with string scripts.
+    """
+    pkg = json.loads(files["package.json"])
+    if not isinstance(pkg, dict):
+        raise ValueError("package.json is not a JSON object")
+    scripts = pkg.get("scripts") or {}
+    if not isinstance(scripts, dict) or not all(isinstance(v, str) for v in scripts.values()):
+        raise ValueError("package.json's scripts must map names to command strings")
+    deps = [pkg.get(k) or {} for k in ("dependencies", "devDependencies")]
+    if not all(isinstance(d, dict) for d in deps):
+        raise ValueError("package.json's dependencies must be objects")
+    steps = []
+    if any(deps) and not any(n.startswith("node_modules/") for n in files):
+        steps.append(("npm install", "npm install --offline --no-audit --no-fund"))
+
+    def script(name: str) -> str:
+        cmd = shlex.quote(scripts[name])
+        return f'echo "> {name}: "{cmd}; PATH="$PWD/node_modules/.bin:$PATH" sh -c {cmd}'
+
+    for name in ("prebuild", "build", "postbuild"):
+        if name in scripts:
+            steps.append((f"script {name!r}", script(name)))
+    start = script("start") if "start" in scripts else None
+    return steps, start
+
+
 def _start_app(
     sandbox: SandboxClient, sid: str, task: WebTask, files: dict[str, bytes]
 ) -> tuple[bool, str]:
     """Upload, build, serve. (built, log).
 
-    ``build.sh`` runs with ``sh``; else a ``package.json`` is built with npm (``npm install
-    --offline`` first when it declares dependencies and ships no ``node_modules``: the sandbox
-    has no registry, so dependencies must be vendored) and served by its ``start`` script
-    (``PORT`` and ``HOST`` set) when it has one. Anything else is served as static files by
-    ``python3 -m http.server`` (from ``dist/`` when the build made one)."""
+    ``build.sh`` runs with ``sh``; else a ``package.json`` app is built by its scripts and
+    served by its ``start`` script (``PORT`` and ``HOST`` set) when it has one
+    (:func:`_package_steps`). Anything else is served as static files by ``python3 -m
+    http.server`` (from ``dist/`` when the build made one)."""
     for name, data in files.items():
         sandbox.write_file(sid, f"{APP_DIR}/{name}", data)
     log, start = "", None
@@ -182,15 +223,9 @@ def _start_app(
         steps.append(("build.sh", "sh build.sh"))
     elif "package.json" in files:
         try:
-            pkg = json.loads(files["package.json"])
-            scripts = pkg.get("scripts") or {}
-            deps = {**(pkg.get("dependencies") or {}), **(pkg.get("devDependencies") or {})}
-        except (ValueError, AttributeError) as exc:
-            return False, f"package.json is not a JSON object: {exc}"
-        if deps and not any(n.startswith("node_modules/") for n in files):
-            steps.append(("npm install", "npm install --offline --no-audit --no-fund"))
-        steps.append(("npm run build", "npm run build --if-present"))
-        start = "npm start" if "start" in scripts else None
+            steps, start = _package_steps(files)
+        except ValueError as exc:
+            return False, f"bad package.json: {exc}"
     for what, cmd in steps:
         code, out = _run(sandbox, sid, cmd, task.build_timeout_s)
         log += out
@@ -225,7 +260,7 @@ def verify_web(
     *,
     template: str = "debian",
     runtime: str = "auto",
-    server_timeout_s: float = 60.0,
+    server_timeout_s: float = 90.0,
     judge: WebJudge | None = None,
 ) -> WebResult:
     """Verify one candidate directory. ``runtime``: ``auto`` (microvm when the sandbox service
@@ -243,24 +278,28 @@ def verify_web(
     try:
         built, log = _start_app(sandbox, sb.sandboxID, task, files)
         if not built:
-            return WebResult(**head, zero_rule="build_failed", reason="build failed", build_log=log)
-        host = sandbox.get_json(f"/sandboxes/{sb.sandboxID}/ports/{task.port}")["host"]
-        url = f"http://{host}"
-        if not _wait_http(url, server_timeout_s):
-            return WebResult(
-                **head,
-                zero_rule="no_server",
-                reason=f"no HTTP answer on port {task.port} within {server_timeout_s:.0f} s",
-                build_log=(log + "\n" + _server_log(sandbox, sb.sandboxID)).strip(),
+            result = WebResult(
+                **head, zero_rule="build_failed", reason="build failed", build_log=log
             )
-        got = run_checks(url, task.checks, word, task.viewport)
+        else:
+            host = sandbox.get_json(f"/sandboxes/{sb.sandboxID}/ports/{task.port}")["host"]
+            url = f"http://{host}"
+            if _wait_http(url, server_timeout_s):
+                got = run_checks(url, task.checks, word, task.viewport)
+                result = _score(task, ref, got, log, judge=judge, source=_index_source(files))
+                result.runtime = note
+            else:
+                result = WebResult(
+                    **head,
+                    zero_rule="no_server",
+                    reason=f"no HTTP answer on port {task.port} within {server_timeout_s:.0f} s",
+                    build_log=(log + "\n" + _server_log(sandbox, sb.sandboxID)).strip(),
+                )
     finally:
         try:
             sandbox.kill(sb.sandboxID)
         except Exception:  # noqa: BLE001 - the result matters more than the cleanup
             pass
-    result = _score(task, ref, got, log, judge=judge, source=_index_source(files))
-    result.runtime = note
     result.sandbox_s = round(time.monotonic() - t0, 2)
     return result
 
