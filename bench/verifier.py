@@ -11,7 +11,7 @@ scripted OpenAI-compatible endpoint (protocol overhead, not model latency); the 
 against the real tools service on a free port (a library scenario, deterministic checks). Web
 jobs verify the test suite's correct app (a node server started by ``npm start``) against the
 real sandbox service on a free port, once per runtime it has (microvm: the Debian image;
-process: the fallback); ``in sandbox`` is the time from sandbox create to the checks' end.
+process: the fallback); ``in sandbox`` is the time from sandbox create to its kill.
 """
 
 from __future__ import annotations

@@ -81,7 +81,9 @@ class WebResult(BaseModel):
     blocked_requests: list[str] = Field(default_factory=list)
     build_log: str = ""
     runtime: str = Field("", description="Where the app ran: microvm, or process (and why).")
-    sandbox_s: float | None = Field(None, description="Seconds from sandbox create to checks done.")
+    sandbox_s: float | None = Field(
+        None, description="Seconds from sandbox create to its kill (build, serve, checks)."
+    )
     judge: JudgeTerm | None = Field(None, description="The model-judge term, when asked for.")
     formula: str = (
         "0 if build_failed|no_server|runtime_error|faked_artifact else "
@@ -275,6 +277,7 @@ def verify_web(
     t0 = time.monotonic()
     sb = sandbox.create(template, timeout=600, network=_network(rt), runtime=rt, memoryMB=MEMORY_MB)
     head = dict(task=task.name, runtime=note, reward=0.0)
+    got: BrowserReport | None = None
     try:
         built, log = _start_app(sandbox, sb.sandboxID, task, files)
         if not built:
@@ -286,8 +289,6 @@ def verify_web(
             url = f"http://{host}"
             if _wait_http(url, server_timeout_s):
                 got = run_checks(url, task.checks, word, task.viewport)
-                result = _score(task, ref, got, log, judge=judge, source=_index_source(files))
-                result.runtime = note
             else:
                 result = WebResult(
                     **head,
@@ -300,7 +301,11 @@ def verify_web(
             sandbox.kill(sb.sandboxID)
         except Exception:  # noqa: BLE001 - the result matters more than the cleanup
             pass
-    result.sandbox_s = round(time.monotonic() - t0, 2)
+    sandbox_s = round(time.monotonic() - t0, 2)
+    if got is not None:  # scored (and judged) after the sandbox is gone
+        result = _score(task, ref, got, log, judge=judge, source=_index_source(files))
+        result.runtime = note
+    result.sandbox_s = sandbox_s
     return result
 
 
