@@ -61,6 +61,18 @@ def test_server_that_never_answers_gets_zero_with_its_log(
     assert "port taken" in res.build_log
 
 
+def test_dependencies_the_sandbox_cannot_fetch_fail_the_build(
+    tmp_path: Path, sandbox: SandboxClient
+) -> None:
+    (tmp_path / "index.html").write_text("<p>needs a package</p>")
+    (tmp_path / "package.json").write_text(
+        '{"dependencies": {"left-pad": "1.3.0"}, "scripts": {"build": "echo built"}}'
+    )
+    res = verify_web("counter_todo", tmp_path, sandbox, runtime="process")
+    assert res.zero_rule == "build_failed" and res.reward == 0.0, res
+    assert "npm install exited" in res.build_log and "> build:" not in res.build_log
+
+
 def test_web_job_through_the_api_with_a_judge_stores_screenshots(
     sandbox: SandboxClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
