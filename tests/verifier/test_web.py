@@ -4,6 +4,7 @@ Chromium. The ordering acceptance runs in a microVM: ``test_web_vm.py``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,14 +50,18 @@ def test_bad_candidate(tmp_path: Path, sandbox: SandboxClient) -> None:
         verify_web("counter_todo", tmp_path / "empty", sandbox, runtime="process")
 
 
+def _npm_app(root: Path, package: dict) -> Path:
+    (root / "index.html").write_text("<p>an npm app</p>")
+    (root / "package.json").write_text(json.dumps(package))
+    return root
+
+
 def test_server_that_never_answers_gets_zero_with_its_log(
     tmp_path: Path, sandbox: SandboxClient
 ) -> None:
-    (tmp_path / "index.html").write_text("<p>never served</p>")
-    (tmp_path / "package.json").write_text(
-        '{"scripts": {"start": "node -e \\"console.error(\'port taken\'); process.exit(1)\\""}}'
-    )
-    res = verify_web("counter_todo", tmp_path, sandbox, runtime="process", server_timeout_s=5)
+    start = "node -e \"console.error('port taken'); process.exit(1)\""
+    app = _npm_app(tmp_path, {"scripts": {"start": start}})
+    res = verify_web("counter_todo", app, sandbox, runtime="process", server_timeout_s=5)
     assert res.zero_rule == "no_server" and res.reward == 0.0, res
     assert "port taken" in res.build_log
 
@@ -64,11 +69,8 @@ def test_server_that_never_answers_gets_zero_with_its_log(
 def test_dependencies_the_sandbox_cannot_fetch_fail_the_build(
     tmp_path: Path, sandbox: SandboxClient
 ) -> None:
-    (tmp_path / "index.html").write_text("<p>needs a package</p>")
-    (tmp_path / "package.json").write_text(
-        '{"dependencies": {"left-pad": "1.3.0"}, "scripts": {"build": "echo built"}}'
-    )
-    res = verify_web("counter_todo", tmp_path, sandbox, runtime="process")
+    deps = {"dependencies": {"left-pad": "1.3.0"}, "scripts": {"build": "echo built"}}
+    res = verify_web("counter_todo", _npm_app(tmp_path, deps), sandbox, runtime="process")
     assert res.zero_rule == "build_failed" and res.reward == 0.0, res
     assert "npm install exited" in res.build_log and "> build:" not in res.build_log
 
