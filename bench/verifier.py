@@ -1,6 +1,6 @@
 """Wall time per verification job kind, and the verifier's own overhead per kernel trial.
 
-    .venv/bin/python bench/verifier.py [--tasks softmax,kda_step] [--skip-world]
+    .venv/bin/python bench/verifier.py [--tasks softmax,kda_step] [--skip-world] [--skip-web]
 
 Every job goes through the verifier's API (in process, Celery eager: the job body runs in the
 request, so the wall time is the job's). Kernel jobs verify each task's expert with the task's
@@ -8,7 +8,10 @@ own timing; for them it also prints where the verifier's time goes: the sandboxe
 checks outside it per trial (reference + fp64 oracle recomputed, bytes compared), and the
 harness's untimed work per timed call as the verifier's clock sees it. The judge runs against a
 scripted OpenAI-compatible endpoint (protocol overhead, not model latency); the world job
-against the real tools service on a free port (a library scenario, deterministic checks).
+against the real tools service on a free port (a library scenario, deterministic checks). Web
+jobs verify the test suite's correct app (a node server started by ``npm start``) against the
+real sandbox service on a free port, once per runtime it has (microvm: the Debian image;
+process: the fallback); ``in sandbox`` is the time from sandbox create to its kill.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", default="softmax,kda_step,matmul_bias_gelu")
     ap.add_argument("--skip-world", action="store_true")
+    ap.add_argument("--skip-web", action="store_true")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="k3s-bench-verifier-")
     os.environ.update(
@@ -64,6 +68,20 @@ def main() -> None:
         get_settings.cache_clear()
         tools_server, tools_url = _serve(tools_app())
         os.environ["K3STACK_TOOLS__URL"] = tools_url
+    sandbox_server, web_runtimes = None, []
+    if not args.skip_web:
+        from services.sandbox.app import create_app as sandbox_app
+        from shared.settings import load_settings
+
+        sbx = load_settings(sandbox={"runtime": "auto", "reaper_interval_s": 3600})
+        sandbox_server, sandbox_url = _serve(sandbox_app(sbx, background=False))
+        os.environ["K3STACK_SANDBOX__URL"] = sandbox_url
+        import httpx
+
+        infos = httpx.get(f"{sandbox_url}/runtimes").json()
+        web_runtimes = [
+            r["name"] for r in infos if r["name"] in ("microvm", "process") and r["available"]
+        ]
 
     def judge_reply(system: str, user: str) -> str:
         if "grading rubric" in system:
@@ -140,11 +158,25 @@ def main() -> None:
                 rows.append(
                     ("world (personal_admin, 14 days on)", wall, f"{res['events_total']} events")
                 )
+            app_dir = Path(__file__).resolve().parents[1] / "tests/verifier/web_apps/correct"
+            files = {p.name: p.read_text() for p in app_dir.iterdir()}
+            for runtime in web_runtimes:
+                os.environ["K3STACK_VERIFIER__WEB_RUNTIME"] = runtime
+                get_settings.cache_clear()
+                res, wall = job("/verify/web", {"task": "counter_todo", "files": files})
+                rows.append(
+                    (
+                        f"web (correct app, {runtime})",
+                        wall,
+                        f"in sandbox {res['sandbox_s']:.2f} s, reward {res['reward']:.3f}",
+                    )
+                )
             print("\njob kinds (end to end through the API)")
             for kind, wall, note in rows:
                 print(f"  {kind:36s} {wall:7.2f} s  {note}")
-    if tools_server is not None:
-        tools_server.should_exit = True
+    for server in (tools_server, sandbox_server):
+        if server is not None:
+            server.should_exit = True
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@
 #    runtime finds it (services/sandbox/images/cache.py: kernel_dir()).
 #
 # Cache dir: $K3STACK_SANDBOX__CACHE_DIR, else /var/cache/k3stack as root, else ~/.cache/k3stack.
-#  * the Debian image (python3, bash, coreutils, git, curl): debootstrap into a read-only qcow2
-#    base under $CACHE/images/debian-*, built once per machine (about a minute) by the service's
+#  * the Debian image (python3, bash, coreutils, git, curl, nodejs, npm): debootstrap, then apt
+#    for nodejs + npm, into a read-only qcow2 base under $CACHE/images/debian-* (~590 MB), built
+#    once per machine and again when its package lists change (a few minutes) by the service's
 #    image builder: python -m services.sandbox.images build debian (needs the project's venv,
 #    made first with `make venv` when missing). SKIP_DEBIAN_IMAGE=1 skips it.
 # The busybox initramfs is built on demand by the image builder (about a second).

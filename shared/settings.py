@@ -234,6 +234,10 @@ class VerifierSettings(ServiceSettings):
     web_template: str = Field(
         "debian", description="Sandbox template web candidates are built and served in."
     )
+    web_runtime: Literal["auto", "microvm", "process"] = Field(
+        "auto",
+        description="Sandbox runtime for web candidates; auto = microvm when the sandbox service has it, else process (a named fallback).",
+    )
 
 
 class OrchestratorSettings(ServiceSettings):

@@ -79,6 +79,13 @@ class WebJobInput(BaseModel):
     binary_files: dict[str, str] = Field(
         default_factory=dict, description="Relative path -> base64 content (images…)."
     )
+    judge: bool = Field(
+        False,
+        description="Add the model-judge term (the endpoint of K3STACK_LLM_URL; weight: the task's weights.judge).",
+    )
+    judge_model: str | None = Field(
+        None, max_length=200, description="Judge model (default: K3STACK_LLM_MODEL)."
+    )
 
     @field_validator("files", "binary_files")
     @classmethod
@@ -137,17 +144,24 @@ def kernel_job(job: JobRun) -> dict[str, Any]:
 
 
 def web_job(job: JobRun) -> dict[str, Any]:
+    from services.verifier.web.judge import WebJudge
     from services.verifier.web.verify import verify_web
 
     spec = WebJobInput.model_validate(job.payload)
     settings = get_settings()
+    judge = WebJudge(client=openai_client(settings), model=spec.judge_model) if spec.judge else None
     job.progress(0.05, "building and serving the app in a sandbox")
     with (
         tempfile.TemporaryDirectory(prefix="k3s-web-") as tmp,
         SandboxClient(settings.service("sandbox").base_url) as sandbox,
     ):
         result = verify_web(
-            spec.task, spec.write(Path(tmp)), sandbox, template=settings.verifier.web_template
+            spec.task,
+            spec.write(Path(tmp)),
+            sandbox,
+            template=settings.verifier.web_template,
+            runtime=settings.verifier.web_runtime,
+            judge=judge,
         )
     out = result.model_dump(mode="json")
     shots = {f"screenshots/{name}.png": png for name, png in result.screenshots.items()}

@@ -132,6 +132,9 @@ def web(
         bool, typer.Option("--json", help="Print the whole result as JSON.")
     ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the job.")] = 900.0,
+    judge: Annotated[
+        bool, typer.Option("--judge", help="Add the model-judge term (K3STACK_LLM_URL's model).")
+    ] = False,
 ) -> None:
     """Verify a web app on a task through the service; exit 0 when the reward is positive."""
     import base64
@@ -155,7 +158,7 @@ def web(
         result = _remote(
             url,
             "/verify/web",
-            {"task": task, "files": files, "binary_files": binary},
+            {"task": task, "files": files, "binary_files": binary, "judge": judge},
             bar,
             tid,
             timeout,
@@ -165,6 +168,8 @@ def web(
         out.print_json(json.dumps(result))
     else:
         out.print(f"[bold]reward {result.get('reward', 0):.3f}[/bold]  {result.get('reason', '')}")
+        if result.get("runtime"):
+            out.print(f"  ran on: {result['runtime']}")
         for c in result.get("checks", []):
             out.print(
                 f"  {'[green]pass[/green]' if c['passed'] else '[red]fail[/red]'} {c['name']} {c['detail']}"

@@ -2,8 +2,8 @@
 read-only qcow2 base, booted through a private copy-on-write overlay per sandbox, with disk
 layers in checkpoints (restore and fork give each child its own overlay).
 
-The base image is built once per machine by ``scripts/setup_sandbox.sh`` (debootstrap, about a
-minute); these tests only boot it. A missing image FAILS them, naming the setup script.
+The base image is built once per machine by ``scripts/setup_sandbox.sh`` (debootstrap, then apt
+for nodejs + npm; minutes); these tests only boot it. A missing image FAILS them, naming the setup script.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def runtime():
         pytest.fail(f"microvm runtime unavailable ({why}); run scripts/setup_sandbox.sh")
     if find_debian_image() is None:
         pytest.fail(
-            "Debian base image not built: run scripts/setup_sandbox.sh (debootstrap, ~1 min)"
+            "Debian base image not built: run scripts/setup_sandbox.sh (debootstrap + apt, minutes)"
         )
     yield rt
     rt.close()
@@ -76,6 +76,12 @@ def test_debian_tools(runtime, deb):
     assert "bookworm" in sh(runtime, deb, "cat /etc/os-release")
     assert sh(runtime, deb, "bash -c 'echo $BASH_VERSION'").startswith("5.")
     assert sh(runtime, deb, "curl --version").startswith("curl ")
+    # web-app candidates build and serve with Debian's node (npm beside it, for installs)
+    assert sh(runtime, deb, "node --version").startswith("v18.")
+    assert (
+        sh(runtime, deb, "test -x /usr/bin/npm && test -d /usr/share/nodejs/npm && echo ok")
+        == "ok\n"
+    )
     assert sh(runtime, deb, "findmnt -n -o SOURCE /").strip() == "/dev/vda"
     # the root is the private overlay over the shared read-only base
     from services.sandbox.images.builder import find_debian_image

@@ -8,8 +8,8 @@ An *image* is what a microVM boots: the Debian cloud kernel fetched by
   here with ``gcc -static``). The root filesystem is the kernel's initramfs tmpfs, i.e. guest
   RAM: every file a sandbox writes lives in memory, so memory checkpoints capture files and
   processes together and no disk layer is needed.
-* ``debian`` (real tasks): a debootstrapped Debian 12 root with python3, bash, coreutils, git and
-  curl, as an ext4 base disk (qcow2, shared read-only by every sandbox; each sandbox writes to
+* ``debian`` (real tasks): a debootstrapped Debian 12 root with python3, bash, coreutils, git,
+  curl, and Debian's nodejs + npm (web-app candidates build and serve in it), as an ext4 base disk (qcow2, shared read-only by every sandbox; each sandbox writes to
   its own qcow2 overlay) plus the busybox initramfs, whose ``/init`` mounts it when present.
   Built on demand (minutes, needs ``debootstrap`` and the Debian mirror), never in tests.
 
@@ -236,6 +236,13 @@ def build_busybox_image(force: bool = False) -> Image:
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_PACKAGES = ("python3", "bash", "coreutils", "git", "curl", "ca-certificates", "procps")
+DEBIAN_APT_PACKAGES = ("nodejs", "npm")
+"""Installed by apt inside the debootstrapped root: debootstrap's own resolver cannot order
+npm's ~360 node-* dependencies (it ignores Provides and leaves them unconfigured). In the one
+Debian image rather than a second ``debian-node`` one: the base disk is shared read-only by
+every sandbox (each writes to its own overlay), so its size costs disk once, not per sandbox,
+while a second image would cost a second debootstrap in ``make setup``. Both lists are part
+of the cache key: changing them rebuilds the image."""
 DEBIAN_DISK_MB = 2048
 DEBIAN_ROOT_CMDLINE = "k3s.root=/dev/vda"
 """Kernel argument that makes the initramfs ``/init`` mount the disk and switch_root into it."""
@@ -253,6 +260,7 @@ def debian_image_dir() -> Path:
         DEBIAN_SUITE.encode(),
         DEBIAN_MIRROR.encode(),
         ",".join(DEBIAN_PACKAGES).encode(),
+        ",".join(DEBIAN_APT_PACKAGES).encode(),
         str(DEBIAN_DISK_MB).encode(),
     )
     return sandbox_cache_dir() / "images" / f"debian-{DEBIAN_SUITE}-{key}"
@@ -279,7 +287,7 @@ def build_debian_image(force: bool = False, progress=None) -> Image:
     Each sandbox boots the shared base through its own qcow2 overlay (the runtime creates it),
     with the busybox initramfs as first stage: ``/init`` sees ``k3s.root=/dev/vda``, mounts the
     disk, copies busybox and the agent into a tmpfs at ``/run/k3s`` and switch_roots into
-    Debian. A few minutes on first use (downloads ~60 MB from the Debian mirror; needs root,
+    Debian. A few minutes on first use (debootstrap, then apt installs nodejs and npm; needs root,
     ``debootstrap``, ``mkfs.ext4`` and ``qemu-img``); cached afterwards (``scripts/setup_sandbox.sh``
     builds it once per machine). A debootstrapped root left by an interrupted build is reused.
     """
@@ -318,6 +326,8 @@ def build_debian_image(force: bool = False, progress=None) -> Image:
         )
         if res.returncode != 0:
             raise RuntimeUnavailable(f"debootstrap failed: {(res.stdout + res.stderr)[-2000:]}")
+        say(f"apt-get install {', '.join(DEBIAN_APT_PACKAGES)} in the root (a minute or two)")
+        _apt_install(root, DEBIAN_APT_PACKAGES)
         done.write_text(f"{time.monotonic() - t0:.1f}\n")
     _prepare_debian_root(root)
     say("making the ext4 base disk")
@@ -346,6 +356,32 @@ def build_debian_image(force: bool = False, progress=None) -> Image:
     img = find_debian_image()
     assert img is not None
     return img
+
+
+def _apt_install(root: Path, packages: tuple[str, ...]) -> None:
+    """``apt-get install`` in the root (chroot; the host's resolv.conf lent for the download)."""
+    resolv = root / "etc" / "resolv.conf"
+    saved = resolv.read_bytes() if resolv.is_file() and not resolv.is_symlink() else None
+    resolv.unlink(missing_ok=True)
+    shutil.copyfile("/etc/resolv.conf", resolv)
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    try:
+        for args in (
+            ["update", "-q"],
+            ["install", "-y", "-q", "--no-install-recommends", *packages],
+            ["clean"],
+        ):
+            res = subprocess.run(
+                ["chroot", str(root), "apt-get", *args], capture_output=True, text=True, env=env
+            )
+            if res.returncode != 0:
+                raise RuntimeUnavailable(
+                    f"apt-get {args[0]} in the Debian root failed: {(res.stdout + res.stderr)[-2000:]}"
+                )
+    finally:
+        resolv.unlink(missing_ok=True)
+        if saved is not None:
+            resolv.write_bytes(saved)
 
 
 def _prepare_debian_root(root: Path) -> None:

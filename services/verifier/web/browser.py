@@ -39,6 +39,7 @@ class BrowserReport:
     checks: list[CheckRun] = field(default_factory=list)
     screenshots: dict[str, bytes] = field(default_factory=dict)
     dom: list[str] = field(default_factory=list)
+    text: str = ""
     facts: dict = field(default_factory=dict)
     page_errors: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
@@ -122,6 +123,7 @@ def run_checks(
             first.goto(base + "/", wait_until="load", timeout=15000)
             report.dom = first.evaluate(DOM_SIGNATURE)
             report.facts = first.evaluate(PAGE_FACTS)
+            report.text = first.evaluate("() => document.body.innerText")[:20000]
             report.screenshots["initial"] = first.screenshot()
             first.close()
             for check in checks:

@@ -49,10 +49,14 @@ class WebCheck(BaseModel):
 
 
 class Weights(BaseModel):
+    """Weights of the reward's terms; the reward is their weighted mean over the terms present
+    (the judge term only when a judge was asked for and gave a usable score)."""
+
     model_config = ConfigDict(extra="forbid")
-    functional: float = 0.7
-    dom: float = 0.15
-    pixel: float = 0.15
+    functional: float = Field(0.7, ge=0)
+    dom: float = Field(0.15, ge=0)
+    pixel: float = Field(0.15, ge=0)
+    judge: float = Field(0.2, ge=0, description="Weight of the optional model-judge term.")
 
 
 class WebTask(BaseModel):

@@ -6,14 +6,21 @@ Reward (documented in docs/verifier.md): 0 on a failed build, a server that neve
 uncaught error in the app's own scripts during the checks, or a faked artifact (a page that
 looks like the reference but has no behaviour — a static image — or whose checked output is
 there before the actions that should produce it, where the reference's is not); otherwise
-``functional·pass_rate + dom·dom_similarity + pixel·ssim`` with the task's weights.
+the weighted mean of the functional pass rate, DOM similarity, SSIM and (when a judge is asked
+for and answers usably) the model-judge score, with the task's weights.
+
+The app runs in a microVM of the sandbox service (the Debian image: python3, nodejs, npm) when
+the service has the microvm runtime, else on its ``process`` runtime, named as a fallback in
+the result's ``runtime``.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import secrets
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -25,11 +32,14 @@ import httpx
 from pydantic import BaseModel, Field
 
 from services.verifier.web.browser import BrowserReport, run_checks
+from services.verifier.web.judge import JudgeTerm, WebJudge, judge_app
 from services.verifier.web.similarity import dom_similarity, ssim
 from services.verifier.web.spec import WebTask, load_web_task
 from shared.clients import SandboxClient
 
 APP_DIR = "/home/user/app"
+MEMORY_MB = 512
+"""Guest memory of the sandbox an app is built and served in (npm needs a few hundred MB)."""
 MAX_APP_BYTES = 20 << 20
 WORDS = (
     "amber",
@@ -70,7 +80,16 @@ class WebResult(BaseModel):
     console_errors: list[str] = Field(default_factory=list)
     blocked_requests: list[str] = Field(default_factory=list)
     build_log: str = ""
-    formula: str = "0 if build_failed|no_server|runtime_error|faked_artifact else w_f*pass_rate + w_dom*dom + w_px*ssim"
+    runtime: str = Field("", description="Where the app ran: microvm, or process (and why).")
+    sandbox_s: float | None = Field(
+        None, description="Seconds from sandbox create to its kill (build, serve, checks)."
+    )
+    judge: JudgeTerm | None = Field(None, description="The model-judge term, when asked for.")
+    formula: str = (
+        "0 if build_failed|no_server|runtime_error|faked_artifact else "
+        "(w_f*pass_rate + w_dom*dom + w_px*ssim [+ w_j*judge]) / (w_f + w_dom + w_px [+ w_j]); "
+        "the judge term only when asked for and its score is usable"
+    )
     screenshots: dict[str, bytes] = Field(default_factory=dict, exclude=True)
 
 
@@ -95,7 +114,7 @@ def app_files(path: Path) -> dict[str, bytes]:
 def _serve_reference(directory: Path) -> Iterator[str]:
     """The trusted reference, served from the verifier on loopback."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -110,6 +129,11 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """The browser closing a connection mid-answer is no error of the reference's."""
+
+
 def _wait_http(url: str, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -122,34 +146,113 @@ def _wait_http(url: str, timeout_s: float) -> bool:
     return False
 
 
+def choose_runtime(sandbox: SandboxClient, requested: str = "auto") -> tuple[str, str]:
+    """(runtime, note). ``auto``: the sandbox service's microvm runtime when it is available
+    there, else the ``process`` runtime as a named fallback (bubblewrap on the service host)."""
+    if requested != "auto":
+        return requested, f"{requested} runtime (requested)"
+    infos = {r.name: r for r in sandbox.runtimes()}
+    mv = infos.get("microvm")
+    if mv is not None and mv.available:
+        return "microvm", "microvm runtime"
+    why = mv.reason if mv is not None else "not installed on the sandbox service"
+    return "process", f"process runtime (fallback: microvm unavailable: {why})"
+
+
+def _network(runtime: str) -> dict[str, Any]:
+    """No egress. A microVM still needs its network device for the guest-port route, so it
+    gets an empty allowlist; the process runtime's route needs none."""
+    if runtime == "microvm":
+        return {"mode": "allowlist", "allow": []}
+    return {"mode": "none"}
+
+
+def _run(sandbox: SandboxClient, sid: str, cmd: str, timeout: float) -> tuple[int, str]:
+    out = sandbox.exec(sid, cmd, cwd=APP_DIR, timeout=timeout)
+    return out.exit_code, (out.stdout + out.stderr)[-4000:]
+
+
+def _package_steps(files: dict[str, bytes]) -> tuple[list[tuple[str, str]], str | None]:
+    """Build steps and start command of a ``package.json`` app.
+
+    Scripts run the way ``npm run`` runs them (``sh -c`` in the app, ``node_modules/.bin`` first
+    on PATH, pre/post hooks) but without the npm CLI itself, whose own start-up takes most of
+    a minute in a TCG microVM; npm runs only for ``npm install --offline``, when the app
+    declares dependencies and ships no ``node_modules/`` (the sandbox has no registry, so
+    dependencies must be vendored: without them the install fails the build).
+
+    Raises:
+        ValueError: package.json is not an object with string scripts.
+    """
+    pkg = json.loads(files["package.json"])
+    if not isinstance(pkg, dict):
+        raise ValueError("package.json is not a JSON object")
+    scripts = pkg.get("scripts") or {}
+    if not isinstance(scripts, dict) or not all(isinstance(v, str) for v in scripts.values()):
+        raise ValueError("package.json's scripts must map names to command strings")
+    deps = [pkg.get(k) or {} for k in ("dependencies", "devDependencies")]
+    if not all(isinstance(d, dict) for d in deps):
+        raise ValueError("package.json's dependencies must be objects")
+    steps = []
+    if any(deps) and not any(n.startswith("node_modules/") for n in files):
+        steps.append(("npm install", "npm install --offline --no-audit --no-fund"))
+
+    def script(name: str) -> str:
+        cmd = shlex.quote(scripts[name])
+        return f'echo "> {name}: "{cmd}; PATH="$PWD/node_modules/.bin:$PATH" sh -c {cmd}'
+
+    for name in ("prebuild", "build", "postbuild"):
+        if name in scripts:
+            steps.append((f"script {name!r}", script(name)))
+    start = script("start") if "start" in scripts else None
+    return steps, start
+
+
 def _start_app(
     sandbox: SandboxClient, sid: str, task: WebTask, files: dict[str, bytes]
-) -> tuple[bool, str, str]:
-    """Upload, build, serve. (built, log, directory served)."""
+) -> tuple[bool, str]:
+    """Upload, build, serve. (built, log).
+
+    ``build.sh`` runs with ``sh``; else a ``package.json`` app is built by its scripts and
+    served by its ``start`` script (``PORT`` and ``HOST`` set) when it has one
+    (:func:`_package_steps`). Anything else is served as static files by ``python3 -m
+    http.server`` (from ``dist/`` when the build made one)."""
     for name, data in files.items():
         sandbox.write_file(sid, f"{APP_DIR}/{name}", data)
-    log = ""
+    log, start = "", None
+    steps: list[tuple[str, str]] = []
     if "build.sh" in files:
-        out = sandbox.exec(sid, "sh build.sh", cwd=APP_DIR, timeout=task.build_timeout_s)
-        log = (out.stdout + out.stderr)[-4000:]
-        if out.exit_code != 0:
-            return False, log + f"\nbuild.sh exited {out.exit_code}", ""
+        steps.append(("build.sh", "sh build.sh"))
     elif "package.json" in files:
-        out = sandbox.exec(
-            sid, "npm run build --if-present", cwd=APP_DIR, timeout=task.build_timeout_s
-        )
-        log = (out.stdout + out.stderr)[-4000:]
-        if out.exit_code != 0:
-            return False, log + f"\nnpm run build exited {out.exit_code}", ""
-    listing = sandbox.exec(sid, f"test -d {APP_DIR}/dist && echo dist || echo root", timeout=30)
-    root = f"{APP_DIR}/dist" if "dist" in listing.stdout else APP_DIR
+        try:
+            steps, start = _package_steps(files)
+        except ValueError as exc:
+            return False, f"bad package.json: {exc}"
+    for what, cmd in steps:
+        code, out = _run(sandbox, sid, cmd, task.build_timeout_s)
+        log += out
+        if code != 0:
+            return False, log + f"\n{what} exited {code}"
+    if start is None:
+        code, _ = _run(sandbox, sid, "test -d dist", 30)
+        root = f"{APP_DIR}/dist" if code == 0 else APP_DIR
+        start = f"exec python3 -m http.server {task.port} --bind 0.0.0.0 --directory {root}"
     sandbox.exec(
         sid,
-        ["python3", "-m", "http.server", str(task.port), "--bind", "0.0.0.0", "--directory", root],
+        f"{start} > /tmp/k3s-server.log 2>&1",
+        cwd=APP_DIR,
+        env={"PORT": str(task.port), "HOST": "0.0.0.0"},
         background=True,
         timeout=0,
     )
-    return True, log, root
+    return True, log
+
+
+def _server_log(sandbox: SandboxClient, sid: str) -> str:
+    try:
+        return sandbox.read_file(sid, "/tmp/k3s-server.log").decode(errors="replace")[-2000:]
+    except Exception:  # noqa: BLE001 - only a diagnostic
+        return ""
 
 
 def verify_web(
@@ -158,48 +261,70 @@ def verify_web(
     sandbox: SandboxClient,
     *,
     template: str = "debian",
-    runtime: str | None = None,
-    server_timeout_s: float = 60.0,
+    runtime: str = "auto",
+    server_timeout_s: float = 90.0,
+    judge: WebJudge | None = None,
 ) -> WebResult:
+    """Verify one candidate directory. ``runtime``: ``auto`` (microvm when the sandbox service
+    has it, else ``process``, named as a fallback in the result), ``microvm`` or ``process``.
+    ``judge``: ask a judge model for the optional model-judge term."""
     task = load_web_task(task_name)
     files = app_files(candidate)
+    rt, note = choose_runtime(sandbox, runtime)
     word = secrets.choice(WORDS) + str(secrets.randbelow(10_000))
     with _serve_reference(task.reference_dir) as ref_url:
         ref = run_checks(ref_url, task.checks, word, task.viewport)
-    fields: dict[str, Any] = {"timeout": 600, "network": {"mode": "none"}}
-    if runtime:
-        fields["runtime"] = runtime
-    sb = sandbox.create(template, **fields)
+    t0 = time.monotonic()
+    sb = sandbox.create(template, timeout=600, network=_network(rt), runtime=rt, memoryMB=MEMORY_MB)
+    head = dict(task=task.name, runtime=note, reward=0.0)
+    got: BrowserReport | None = None
     try:
-        built, log, _ = _start_app(sandbox, sb.sandboxID, task, files)
+        built, log = _start_app(sandbox, sb.sandboxID, task, files)
         if not built:
-            return WebResult(
-                task=task.name,
-                reward=0.0,
-                zero_rule="build_failed",
-                reason="build failed",
-                build_log=log,
+            result = WebResult(
+                **head, zero_rule="build_failed", reason="build failed", build_log=log
             )
-        host = sandbox.get_json(f"/sandboxes/{sb.sandboxID}/ports/{task.port}")["host"]
-        url = f"http://{host}"
-        if not _wait_http(url, server_timeout_s):
-            return WebResult(
-                task=task.name,
-                reward=0.0,
-                zero_rule="no_server",
-                reason=f"no HTTP answer on port {task.port} within {server_timeout_s:.0f} s",
-                build_log=log,
-            )
-        got = run_checks(url, task.checks, word, task.viewport)
+        else:
+            host = sandbox.get_json(f"/sandboxes/{sb.sandboxID}/ports/{task.port}")["host"]
+            url = f"http://{host}"
+            if _wait_http(url, server_timeout_s):
+                got = run_checks(url, task.checks, word, task.viewport)
+            else:
+                result = WebResult(
+                    **head,
+                    zero_rule="no_server",
+                    reason=f"no HTTP answer on port {task.port} within {server_timeout_s:.0f} s",
+                    build_log=(log + "\n" + _server_log(sandbox, sb.sandboxID)).strip(),
+                )
     finally:
         try:
             sandbox.kill(sb.sandboxID)
         except Exception:  # noqa: BLE001 - the result matters more than the cleanup
             pass
-    return _score(task, ref, got, log)
+    sandbox_s = round(time.monotonic() - t0, 2)
+    if got is not None:  # scored (and judged) after the sandbox is gone
+        result = _score(task, ref, got, log, judge=judge, source=_index_source(files))
+        result.runtime = note
+    result.sandbox_s = sandbox_s
+    return result
 
 
-def _score(task: WebTask, ref: BrowserReport, got: BrowserReport, log: str) -> WebResult:
+def _index_source(files: dict[str, bytes]) -> str:
+    for name in ("dist/index.html", "index.html", "public/index.html", "src/index.html"):
+        if name in files:
+            return files[name].decode(errors="replace")
+    return ""
+
+
+def _score(
+    task: WebTask,
+    ref: BrowserReport,
+    got: BrowserReport,
+    log: str,
+    *,
+    judge: WebJudge | None = None,
+    source: str = "",
+) -> WebResult:
     checks = [WebCheckResult(name=c.name, passed=c.passed, detail=c.detail) for c in got.checks]
     pass_rate = sum(c.passed for c in got.checks) / len(got.checks)
     dom = dom_similarity(ref.dom, got.dom)
@@ -215,23 +340,45 @@ def _score(task: WebTask, ref: BrowserReport, got: BrowserReport, log: str) -> W
         page_errors=got.page_errors, console_errors=got.console_errors, blocked_requests=got.blocked_requests,
         build_log=log, screenshots=got.screenshots,
     )  # fmt: skip
+    zero = _zero_rule(got, ref, initial_ssim)
+    if zero is not None:
+        return WebResult(**base, reward=0.0, zero_rule=zero[0], reason=zero[1])
+    w = task.weights
+    terms = [(w.functional, pass_rate), (w.dom, dom), (w.pixel, pixel)]
+    term = judge_app(judge, task, got, source) if judge is not None else None
+    if term is not None and term.score is not None:
+        terms.append((w.judge, term.score))
+    total = sum(weight for weight, _ in terms)
+    reward = sum(weight * value for weight, value in terms) / total if total > 0 else 0.0
+    judged = (
+        ""
+        if term is None
+        else f"; judge {term.score:.2f}"
+        if term.score is not None
+        else "; judge dropped"
+    )
+    return WebResult(
+        **base,
+        reward=reward,
+        judge=term,
+        reason=f"{sum(c.passed for c in checks)}/{len(checks)} checks; DOM {dom:.2f}; SSIM {pixel:.2f}{judged}",
+    )
+
+
+def _zero_rule(
+    got: BrowserReport, ref: BrowserReport, initial_ssim: float
+) -> tuple[str, str] | None:
+    """The zero rule the candidate's run breaks, with the reason, or None."""
     if got.page_errors:
-        return WebResult(
-            **base,
-            reward=0.0,
-            zero_rule="runtime_error",
-            reason=f"uncaught error in the app: {got.page_errors[0][:200]}",
-        )
+        return "runtime_error", f"uncaught error in the app: {got.page_errors[0][:200]}"
     facts = got.facts or {}
     static_image = facts.get("controls", 0) == 0 and facts.get("largest_media", 0) >= 0.5 * max(
         facts.get("viewport", 1), 1
     )
     if static_image and initial_ssim > 0.8:
-        return WebResult(
-            **base,
-            reward=0.0,
-            zero_rule="faked_artifact",
-            reason=f"a static image of the reference (SSIM {initial_ssim:.2f}, no controls)",
+        return (
+            "faked_artifact",
+            f"a static image of the reference (SSIM {initial_ssim:.2f}, no controls)",
         )
     hardcoded = [
         c.name
@@ -239,16 +386,8 @@ def _score(task: WebTask, ref: BrowserReport, got: BrowserReport, log: str) -> W
         if c.passed and c.holds_without_actions and not r.holds_without_actions
     ]
     if hardcoded:
-        return WebResult(
-            **base,
-            reward=0.0,
-            zero_rule="faked_artifact",
-            reason=f"checked output present before the actions that should produce it: {', '.join(hardcoded)}",
+        return (
+            "faked_artifact",
+            f"checked output present before the actions that should produce it: {', '.join(hardcoded)}",
         )
-    w = task.weights
-    reward = w.functional * pass_rate + w.dom * dom + w.pixel * pixel
-    return WebResult(
-        **base,
-        reward=reward,
-        reason=f"{sum(c.passed for c in checks)}/{len(checks)} checks; DOM {dom:.2f}; SSIM {pixel:.2f}",
-    )
+    return None

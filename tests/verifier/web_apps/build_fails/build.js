@@ -1,0 +1,2 @@
+// The build needs a module the project does not have.
+require("./missing");

@@ -1,3 +1,0 @@
-echo "compiling..."
-echo "error: cannot find module ./missing" >&2
-exit 1

@@ -1,2 +1,0 @@
-mkdir -p dist
-cp src/index.html src/app.js dist/
