@@ -248,6 +248,8 @@ class ProcessRuntime(Runtime):
         self.setpriv = shutil.which("setpriv")
         self._lock = threading.Lock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._execs: dict[str, set[subprocess.Popen[bytes]]] = {}
+        self._gates: dict[str, threading.Lock] = {}
         self._forwards: dict[tuple[str, int], PortForwarder] = {}
 
     # -- availability and images
@@ -563,6 +565,9 @@ class ProcessRuntime(Runtime):
 
     def stop(self, h: VMHandle) -> None:
         self._close_forwards(h.sandbox_id)
+        with self._lock:
+            self._execs.pop(h.sandbox_id, None)
+            self._gates.pop(h.sandbox_id, None)
         if h.pid and _pid_ns(h.pid) == h.data.get("pid_ns"):
             try:
                 os.kill(h.pid, signal_mod.SIGKILL)  # init of the PID namespace: all go with it
@@ -591,12 +596,39 @@ class ProcessRuntime(Runtime):
 
     # -- checkpoints
 
+    def _gate(self, sandbox_id: str) -> threading.Lock:
+        """Held while an exec starts its ``nsenter`` and while a checkpoint has the sandbox frozen."""
+        with self._lock:
+            return self._gates.setdefault(sandbox_id, threading.Lock())
+
     def _freeze(self, h: VMHandle) -> list[int]:
-        """SIGSTOP every running process of the sandbox; returns those to continue."""
-        stopped = []
+        """SIGSTOP every running process of the sandbox; returns those to continue, in order.
+
+        The ``nsenter`` of each running exec is stopped first, and only once it is stopped are
+        the sandbox's processes: ``nsenter`` waits for its child with ``WUNTRACED`` and, when it
+        sees the child stopped, stops itself and continues the child only after it is itself
+        continued. Stopped after its child, it would see the stop after the thaw and stay stopped
+        for good, holding the exec's pipes open until its time limit. Stopped before (and
+        continued after) its child, it never sees a stopped child (a continued child reports no
+        stop), so the exec runs on as if nothing happened.
+        """
+        stopped: list[int] = []
         ns = h.data.get("pid_ns")
         if not h.pid or not ns:
             return stopped
+        with self._lock:
+            execs = list(self._execs.get(h.sandbox_id, ()))
+        outer = []
+        for proc in execs:
+            try:
+                os.kill(proc.pid, signal_mod.SIGSTOP)
+                outer.append(proc.pid)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        for pid in outer:
+            while _proc_state(pid) not in ("T", "t", "Z", "?") and time.monotonic() < deadline:
+                time.sleep(0.001)
         for _ in range(3):  # processes forked during the sweep get the next one
             fresh = [p for p in _ns_members(h.pid, ns) if p not in stopped]
             if not fresh:
@@ -609,7 +641,7 @@ class ProcessRuntime(Runtime):
                     stopped.append(pid)
                 except ProcessLookupError:
                     pass
-        return stopped
+        return stopped + outer  # the sandbox's processes are continued before the nsenters
 
     @staticmethod
     def _thaw(pids: list[int]) -> None:
@@ -632,6 +664,8 @@ class ProcessRuntime(Runtime):
         except ValueError:
             cache = {}
         cached: dict[str, Any] = cache.get("files", {})
+        gate = self._gate(h.sandbox_id)
+        gate.acquire()  # no exec starts while the sandbox is frozen (see _freeze)
         frozen = self._freeze(h)
         t_frozen = time.perf_counter()
         try:
@@ -661,6 +695,7 @@ class ProcessRuntime(Runtime):
             raise CheckpointError(f"checkpoint of {h.sandbox_id} failed: {exc}") from exc
         finally:
             self._thaw(frozen)
+            gate.release()
         t_walked = time.perf_counter()
         tree_body = json.dumps({"overlays": trees}, separators=(",", ":")).encode()
         tree_key = f"{TREE_PREFIX}{ckpt_id}.json"
@@ -871,14 +906,26 @@ class ProcessRuntime(Runtime):
             return
         self._check_alive(h)
         argv = self._enter_argv(h, req, req.full_argv())
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        yield ExecEvent(kind="start", pid=proc.pid)
+        with self._gate(h.sandbox_id):  # not while a checkpoint has the sandbox frozen
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if req.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            with self._lock:
+                self._execs.setdefault(h.sandbox_id, set()).add(proc)
+        try:
+            yield ExecEvent(kind="start", pid=proc.pid)
+            yield from self._feed_and_pump(proc, req)
+        finally:
+            with self._lock:
+                self._execs.get(h.sandbox_id, set()).discard(proc)
+
+    def _feed_and_pump(
+        self, proc: subprocess.Popen[bytes], req: ExecRequest
+    ) -> Iterator[ExecEvent]:
         if req.stdin:
             stdin = proc.stdin
             assert stdin is not None
