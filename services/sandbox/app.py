@@ -56,6 +56,7 @@ def create_app(
             db=db,
             store=store or make_object_store(settings),
             runtimes=runtimes if runtimes is not None else make_runtimes(settings),
+            deployed=settings.mode == "deployed",
             **({"clock": clock} if clock is not None else {}),
         )
         manager.start(background=background)

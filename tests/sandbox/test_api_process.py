@@ -433,3 +433,37 @@ def test_guest_port_reachable_from_host(proc):
     assert c.get(f"/sandboxes/{sid}/ports/8000").status_code == 409
     with pytest.raises(httpx.HTTPError):  # the forward ended with the sandbox's processes
         httpx.get(f"http://{host}/index.html", timeout=10)
+
+
+def test_checkpoints_while_a_foreground_exec_runs_do_not_stall_it(proc):
+    """Checkpoints freeze the sandbox's processes; a foreground exec running meanwhile goes on
+    and ends when its command does (it used to stay stuck until its time limit: its ``nsenter``
+    saw its child stopped after the thaw and stopped itself for good)."""
+    import threading
+    import time
+
+    c = proc.client
+    sid = create(c)
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        cmd = "touch /home/user/started; sleep 2; echo done"
+        result["r"] = c.post(f"/sandboxes/{sid}/exec", json={"cmd": cmd, "timeout_s": 120}).json()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    eventually(
+        lambda: c.get(f"/sandboxes/{sid}/files/stat", params={"path": "/home/user/started"}),
+        lambda r: r.status_code == 200, what="the exec started",
+    )  # fmt: skip
+    taken = 0
+    deadline = time.monotonic() + 60
+    while t.is_alive() and time.monotonic() < deadline:  # every checkpoint is a chance to stall
+        r = c.post(f"/sandboxes/{sid}/checkpoints", json={})
+        assert r.status_code == 201, r.text
+        taken += 1
+    t.join(60)
+    assert not t.is_alive(), f"the exec did not end within 60 s of {taken} checkpoints"
+    assert taken >= 1
+    out = result["r"]
+    assert out["exit_code"] == 0 and not out["timed_out"] and out["stdout"] == "done\n", out  # type: ignore[index]

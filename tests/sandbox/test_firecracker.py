@@ -202,6 +202,10 @@ def test_full_then_diff_checkpoints_and_restore_compose_memory(fc) -> None:  # n
     assert b.nonzero_pages == 3
     assert b.stored_bytes < a.stored_bytes, "a Diff layer stores only new pages"
     assert not list((tmp / "w1").glob("ckpt-*")), "snapshot files are removed once stored"
+    # memory lives in the page store every runtime uses (packs), not one object per page
+    packs = [o.key for o in store.list("pagestore/packs/")]
+    assert len(packs) == 4 and not list(store.list("sandbox/pages/"))  # a's pack and b's
+    assert rt.referenced_keys(b, store) >= set(packs)
 
     h2 = rt.restore("sbx-2", [a, b], store, tmp / "w2")
     new_vm = vms[-1]

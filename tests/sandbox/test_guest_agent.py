@@ -138,19 +138,14 @@ def test_files_write_read_list_stat_remove(agent, tmp_path):
         agent.read_file("/../etc/passwd")
 
 
-def test_resync_drops_a_half_frame_left_by_a_previous_host(agent_binary, tmp_path):
+def test_resync_drops_a_half_frame_left_by_a_previous_host(agent_binary):
     host, guest = socket.socketpair()
+    # a previous host's frame, half delivered, then garbage, waiting before the new host syncs
+    guest.sendall(frame("O", 7, b"tail of old output")[5:] + b"\x00garbage")
     proc = subprocess.Popen([str(agent_binary), f"fd:{guest.fileno()}"], pass_fds=[guest.fileno()])
     guest.close()
     try:
-        # a previous host's frame, half delivered, then garbage, before the new host syncs
-        other, reader = socket.socketpair()
-        other.sendall(frame("O", 7, b"tail of old output")[5:] + b"\x00garbage")
-        other.close()
-        stale = reader.recv(100)
-        client = AgentClient(host, timeout_s=10)
-        client._sync_token = b"-"  # noqa: SLF001 - start in resync mode as after a reconnect
-        client._consume(bytearray(stale))  # noqa: SLF001
+        client = AgentClient(host, timeout_s=10, resync=True)  # as after a reconnect
         client.sync(timeout_s=10)
         assert client.exec(ExecRequest(argv=["echo", "ok"])).stdout == "ok\n"
         client.close()

@@ -145,3 +145,23 @@ def test_page_map_round_trip():
     assert r.packs == ["p"] and r.hashes[3] == 42 and r.pack[3] == 0 and r.offset[3] == 7
     with pytest.raises(ValueError):
         PageMap.from_bytes(b"nope")
+
+
+def test_page_stores_name_the_packs_a_map_uses_and_forget_deleted_ones(store):
+    """What garbage collection asks of a runtime's page stores (microvm and firecracker alike)."""
+    from services.sandbox.pagestore import PageStores
+
+    stores = PageStores()
+    ps = stores.of(store)
+    assert stores.of(store) is ps  # one page store per object store
+    mem = _memory(64, 0.5, seed=4)
+    m, _ = ps.save_layer(mem, page_hashes(mem), None, "ck/a/map")
+    keys = stores.referenced(store, "ck/a/map")
+    assert keys == {f"pagestore/packs/{p}.{x}" for p in m.packs for x in ("pages", "keys")}
+    assert all(store.exists(k) for k in keys) and stores.referenced(store, None) == set()
+    for k in keys:
+        store.delete(k)
+    stores.forget(keys)
+    # forgotten packs are never deduplicated against: the same memory is stored anew
+    _, again = ps.save_layer(mem, page_hashes(mem), None, "ck/b/map")
+    assert again.new_pages == 32

@@ -90,9 +90,12 @@ class AgentClient:
     ``timeout_s`` is a progress timeout: the longest wait for the next frame of a reply, or for
     the guest to take more bytes of a request; a transfer that keeps moving never times out.
     ``version`` is the agent's protocol version, learnt at :meth:`sync` (1 until then): version
-    2 streams file transfers in frames and caps exec output in the guest as well."""
+    2 streams file transfers in frames and caps exec output in the guest as well.
 
-    def __init__(self, sock: socket.socket, timeout_s: float = 30.0) -> None:
+    ``resync=True`` is for a stream that may begin mid-frame (a guest that wrote for a previous
+    host): everything is dropped until the answer to the first :meth:`sync`."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float = 30.0, resync: bool = False) -> None:
         self._sock = sock
         self._timeout = timeout_s
         self.version = 1
@@ -102,7 +105,8 @@ class AgentClient:
         self._gate = threading.RLock()
         self._send_lock = threading.Lock()
         self._closed = False
-        self._sync_token: bytes | None = None
+        # a token no answer carries: resynchronising from the first byte until sync() sets its own
+        self._sync_token: bytes | None = secrets.token_bytes(8) if resync else None
         self._sync_event = threading.Event()
         sock.settimeout(None)
         self._reader = threading.Thread(target=self._read_loop, daemon=True, name="k3s-agent-rx")

@@ -57,25 +57,26 @@ class Reaper:
         done: dict[str, list[str]] = {"paused": [], "killed": [], "snapshots": [], "lost": []}
         now = m.clock()
         interval = self.settings.snapshot_interval_s
-        for sandbox_id in list(m._live):
-            lock = m._lock(sandbox_id)
+        st = m.state
+        for sandbox_id in list(st.live):
+            lock = st.lock(sandbox_id)
             if not lock.acquire(blocking=False):
                 continue  # busy with a lifecycle operation; next tick
             try:
-                live = m._live.get(sandbox_id)
+                live = st.live.get(sandbox_id)
                 if live is None:
                     continue
                 if not live.runtime.is_alive(live.handle):
-                    m._live.pop(sandbox_id, None)
-                    m._stop_quietly(live.runtime, live.handle)  # memory file, sockets
-                    with m.db.session() as s:
+                    st.live.pop(sandbox_id, None)
+                    st.stop_quietly(live.runtime, live.handle)  # memory file, sockets
+                    with st.db.session() as s:
                         row = s.get(SandboxRow, sandbox_id)
                         if row is not None:
-                            m._mark_lost(row, "the sandbox's VM exited unexpectedly")
+                            st.mark_lost(row, "the sandbox's VM exited unexpectedly")
                     done["lost"].append(sandbox_id)
                     continue
                 if live.end_at is not None and now >= live.end_at:
-                    with m.db.session() as s:
+                    with st.db.session() as s:
                         action = s.get(SandboxRow, sandbox_id).on_timeout  # type: ignore[union-attr]
                     try:
                         if action == "pause":
@@ -90,12 +91,12 @@ class Reaper:
                         )
                     continue
                 if interval > 0:
-                    with m.db.session() as s:
+                    with st.db.session() as s:
                         row = s.get(SandboxRow, sandbox_id)
                         last = _aware(row.last_snapshot_at or row.started_at) if row else now
                     if last is not None and (now - last).total_seconds() >= interval:
                         try:
-                            m._take_checkpoint(sandbox_id, "periodic")
+                            m.graph.take(sandbox_id, "periodic")
                             done["snapshots"].append(sandbox_id)
                         except SandboxError as exc:
                             log.error("periodic snapshot of %s failed: %s", sandbox_id, exc.message)

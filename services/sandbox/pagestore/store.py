@@ -312,4 +312,42 @@ def write_sparse_file(path: str | os.PathLike, size: int) -> None:
         fh.truncate(size)
 
 
-__all__ = ["LayerStats", "PageMap", "PageStore", "write_sparse_file"]
+class PageStores:
+    """One :class:`PageStore` per object store, for a runtime that may be handed several, and
+    what garbage collection needs of them: the pack objects a page map references, and
+    forgetting packs once they are deleted (so nothing deduplicates against them again)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stores: dict[int, PageStore] = {}
+
+    def of(self, store) -> PageStore:
+        with self._lock:
+            ps = self._stores.get(id(store))
+            if ps is None or ps.store is not store:
+                ps = self._stores[id(store)] = PageStore(store)
+            return ps
+
+    def referenced(self, store, map_key: str | None) -> set[str]:
+        """Keys of the packs (pages and keys) the page map at ``map_key`` uses."""
+        if not map_key:
+            return set()
+        ps = self.of(store)
+        keys: set[str] = set()
+        for pack in ps.load_map(map_key).packs:
+            keys.add(f"{ps.prefix}packs/{pack}.pages")
+            keys.add(f"{ps.prefix}packs/{pack}.keys")
+        return keys
+
+    def forget(self, keys: set[str]) -> None:
+        """These objects were deleted: drop the packs among them from every index."""
+        with self._lock:
+            stores = list(self._stores.values())
+        for ps in stores:
+            pfx = f"{ps.prefix}packs/"
+            packs = {k[len(pfx) :].rsplit(".", 1)[0] for k in keys if k.startswith(pfx)}
+            if packs:
+                ps.forget_packs(packs)
+
+
+__all__ = ["LayerStats", "PageMap", "PageStore", "PageStores", "write_sparse_file"]

@@ -11,9 +11,10 @@ socket under the workdir:
 * checkpoint: ``PATCH /vm {Paused}``, ``PUT /snapshot/create`` (``Full`` for the first layer,
   ``Diff`` after: KVM's dirty log gives only the pages written since the last snapshot, as a
   sparse memory file), ``PATCH /vm {Resumed}``; then, with the VM running again, the memory
-  file's data extents are cut into pages, stored content-addressed (zero pages free), and the
-  parent's page map updated with them; the rootfs is stored as content-addressed 64 KiB
-  chunks, so unchanged chunks cost nothing.
+  file's pages (for a Diff, those in its data extents; the rest are the parent's) become one
+  layer of :mod:`services.sandbox.pagestore` — the packs and page maps the microvm runtime
+  uses, deduplicated across runtimes, zero pages free; the rootfs is stored as
+  content-addressed 64 KiB chunks, so unchanged chunks cost nothing.
 * restore: the newest page map is materialised into a private sparse memory file (Diff
   snapshots are not resumable on their own; this is the "rebase" Firecracker's docs ask for),
   then a fresh process gets ``PUT /snapshot/load`` with a ``File`` memory backend,
@@ -27,7 +28,6 @@ host-side protocol, which speaks the same frames.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import secrets
@@ -41,6 +41,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import httpx
+import numpy as np
+
+from services.sandbox.pagestore import (
+    PAGE_SIZE,
+    LayerStats,
+    PageMap,
+    PageStores,
+    file_page_hashes,
+    page_hashes,
+    write_sparse_file,
+)
 from services.sandbox.runtime.base import (
     CheckpointError,
     CheckpointManifest,
@@ -62,16 +74,14 @@ from services.sandbox.runtime.base import (
 if TYPE_CHECKING:
     from shared.objectstore import ObjectStore
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 DISK_CHUNK = 64 * 1024
-PAGE_PREFIX = "sandbox/pages/"
 CHUNK_PREFIX = "sandbox/disk/"
 MAP_PREFIX = "sandbox/firecracker/maps/"
 STATE_PREFIX = "sandbox/firecracker/state/"
 AGENT_VSOCK_PORT = 1024
 GUEST_CID = 3
 BOOT_ARGS = "console=ttyS0 reboot=k panic=1 pci=off quiet init=/init"
-_ZERO_PAGE = bytes(PAGE)
 
 
 class FirecrackerAPIError(CheckpointError):
@@ -79,38 +89,29 @@ class FirecrackerAPIError(CheckpointError):
 
 
 class FirecrackerAPI:
-    """Firecracker's REST API over its unix socket (HTTP/1.1, JSON bodies)."""
+    """Firecracker's REST API over its unix socket (HTTP/1.1, JSON bodies), through httpx's
+    unix-socket transport."""
 
     def __init__(self, sock_path: Path, timeout: float = 30.0) -> None:
         self.sock_path = Path(sock_path)
         self.timeout = timeout
 
-    def _conn(self) -> http.client.HTTPConnection:
-        conn = http.client.HTTPConnection("localhost", timeout=self.timeout)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(str(self.sock_path))
-        conn.sock = sock
-        return conn
-
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        conn = self._conn()
+        transport = httpx.HTTPTransport(uds=str(self.sock_path))
         try:
-            payload = json.dumps(body).encode() if body is not None else None
-            headers = {"Accept": "application/json"}
-            if payload is not None:
-                headers["Content-Type"] = "application/json"
-            conn.request(method, path, body=payload, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        except OSError as exc:
+            with httpx.Client(
+                transport=transport, base_url="http://localhost", timeout=self.timeout
+            ) as client:
+                resp = client.request(
+                    method, path, json=body, headers={"Accept": "application/json"}
+                )
+        except httpx.TransportError as exc:
             raise SandboxNotRunning(f"firecracker API {self.sock_path} unreachable: {exc}") from exc
-        finally:
-            conn.close()
+        data = resp.content
         parsed = json.loads(data) if data else None
-        if resp.status >= 300:
-            fault = parsed.get("fault_message") if isinstance(parsed, dict) else data.decode()
-            raise FirecrackerAPIError(f"firecracker {method} {path}: {resp.status} {fault}")
+        if resp.status_code >= 300:
+            fault = parsed.get("fault_message") if isinstance(parsed, dict) else resp.text
+            raise FirecrackerAPIError(f"firecracker {method} {path}: {resp.status_code} {fault}")
         return parsed
 
     def put(self, path: str, body: dict[str, Any]) -> Any:
@@ -219,6 +220,7 @@ class FirecrackerRuntime(Runtime):
         self._agents: dict[str, AgentClient] = {}
         self._procs: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._pagestores = PageStores()
 
     # -- availability
 
@@ -372,12 +374,12 @@ class FirecrackerRuntime(Runtime):
         finally:
             api.patch("/vm", {"state": "Resumed"})
         downtime = time.perf_counter() - started
+        map_key = f"{MAP_PREFIX}{ckpt_id}.pagemap"
         try:
-            page_map = self._load_map(store, parent.page_map_key) if diff and parent else {}
-            changed, new, stored = self._store_pages(mem_path, page_map, store, full=not diff)
-            map_body = zlib.compress(json.dumps(page_map, separators=(",", ":")).encode())
-            map_key = f"{MAP_PREFIX}{ckpt_id}.json.z"
-            store.put(map_key, map_body)
+            parent_map = None
+            if diff and parent and parent.page_map_key:
+                parent_map = self._pagestores.of(store).load_map(parent.page_map_key)
+            layer = self._store_memory(mem_path, parent_map, store, map_key)
             state_key = store.put_content_addressed(state_path.read_bytes(), STATE_PREFIX)
             disk_key, disk_new = self._store_disk(Path(h.data["rootfs"]), store, ckpt_id)
         finally:
@@ -388,55 +390,51 @@ class FirecrackerRuntime(Runtime):
         return CheckpointManifest(
             id=ckpt_id, parent_id=parent.id if parent else None, sandbox_id=h.sandbox_id,
             runtime=self.name, spec=h.spec, memory_bytes=mem_bytes, page_size=PAGE,
-            total_pages=mem_bytes // PAGE, nonzero_pages=len(page_map), changed_pages=changed,
-            new_pages=new, stored_bytes=stored + disk_new + len(map_body),
+            total_pages=mem_bytes // PAGE, nonzero_pages=layer.nonzero_pages,
+            changed_pages=layer.changed_pages, new_pages=layer.new_pages,
+            stored_bytes=layer.stored_bytes + disk_new,
             device_state_key=state_key, page_map_key=map_key, disk_keys={"rootfs": disk_key},
             runtime_data={"snapshot_type": "Diff" if diff else "Full"},
             stats={"downtime_ms": downtime * 1000, "total_ms": (time.perf_counter() - started) * 1000},
         )  # fmt: skip
 
-    object_prefixes = (PAGE_PREFIX, CHUNK_PREFIX, MAP_PREFIX, STATE_PREFIX)
+    object_prefixes = ("pagestore/packs/", CHUNK_PREFIX, MAP_PREFIX, STATE_PREFIX)
 
     def referenced_keys(self, m: CheckpointManifest, store: ObjectStore) -> set[str]:
         keys = super().referenced_keys(m, store)
-        keys.update(self._load_map(store, m.page_map_key).values())
+        keys.update(self._pagestores.referenced(store, m.page_map_key))
         disk_key = m.disk_keys.get("rootfs")
         if disk_key:
             keys.update(json.loads(zlib.decompress(store.get(disk_key)))["chunks"].values())
         return keys
 
-    @staticmethod
-    def _load_map(store: ObjectStore, key: str | None) -> dict[str, str]:
-        if not key:
-            return {}
-        return json.loads(zlib.decompress(store.get(key)))
+    def forget_objects(self, keys: set[str]) -> None:
+        self._pagestores.forget(keys)
 
-    @staticmethod
-    def _store_pages(
-        mem_path: Path, page_map: dict[str, str], store: ObjectStore, full: bool
-    ) -> tuple[int, int, int]:
-        """Fold the snapshot's pages into ``page_map`` (index -> key); (changed, new, bytes)."""
-        if full:
-            page_map.clear()
-        changed = new = stored = 0
-        with open(mem_path, "rb") as f:
-            for off, length in _data_extents(mem_path):
-                f.seek(off)
-                first = off // PAGE
-                for i in range((length + PAGE - 1) // PAGE):
-                    page = f.read(PAGE)
-                    idx = str(first + i)
-                    changed += 1
-                    if page == _ZERO_PAGE or not page:
-                        page_map.pop(idx, None)
-                        continue
-                    key = store.content_key(page, PAGE_PREFIX)
-                    if not store.exists(key):
-                        store.put(key, page)
-                        new += 1
-                        stored += len(page)
-                    page_map[idx] = key
-        return changed, new, stored
+    def _store_memory(
+        self, mem_path: Path, parent: PageMap | None, store: ObjectStore, map_key: str
+    ) -> LayerStats:
+        """One layer of the page store (the microvm runtime's packs) from a snapshot's memory
+        file. A Full snapshot holds all of memory; a Diff one only the pages dirtied since
+        ``parent`` (its data extents), every other page is the parent's."""
+        ps = self._pagestores.of(store)
+        with open(mem_path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size % PAGE or not size:
+                raise CheckpointError(f"snapshot memory file {mem_path} has {size} bytes")
+            pages = np.memmap(f, dtype=np.uint8, mode="r", shape=(size // PAGE, PAGE))
+            try:
+                if parent is None:
+                    hashes = file_page_hashes(f.fileno(), pages)
+                else:
+                    hashes = parent.hashes.copy()
+                    for off, length in _data_extents(mem_path):
+                        a, b = off // PAGE, -(-(off + length) // PAGE)
+                        hashes[a:b] = page_hashes(pages[a:b])
+                _, stats = ps.save_layer(pages, hashes, parent, map_key)
+            finally:
+                del pages
+        return stats
 
     @staticmethod
     def _store_disk(rootfs: Path, store: ObjectStore, ckpt_id: str) -> tuple[str, int]:
@@ -477,13 +475,7 @@ class FirecrackerRuntime(Runtime):
         workdir.mkdir(parents=True, exist_ok=True)
         gen = secrets.token_hex(3)
         mem_path, state_path = workdir / f"mem-{gen}", workdir / f"vmstate-{gen}"
-        with open(mem_path, "wb") as f:
-            f.truncate(top.memory_bytes)
-            for idx, key in sorted(
-                self._load_map(store, top.page_map_key).items(), key=lambda kv: int(kv[0])
-            ):
-                f.seek(int(idx) * PAGE)
-                f.write(store.get(key))
+        self._write_memory(mem_path, top, store)
         state_path.write_bytes(store.get(top.device_state_key))
         disk = json.loads(zlib.decompress(store.get(top.disk_keys["rootfs"])))
         rootfs = workdir / "rootfs.ext4"
@@ -508,6 +500,20 @@ class FirecrackerRuntime(Runtime):
         )  # fmt: skip
         self._agent(h)
         return h
+
+    def _write_memory(self, mem_path: Path, top: CheckpointManifest, store: ObjectStore) -> None:
+        """The checkpoint's whole memory into a new sparse file (zero pages stay holes)."""
+        ps = self._pagestores.of(store)
+        page_map = ps.load_map(top.page_map_key or "")
+        write_sparse_file(mem_path, top.memory_bytes)
+        if page_map.npages * PAGE != top.memory_bytes:
+            raise CheckpointError(f"checkpoint {top.id}: page map does not cover its memory")
+        dst = np.memmap(mem_path, dtype=np.uint8, mode="r+", shape=(page_map.npages, PAGE))
+        try:
+            ps.materialize(page_map, dst)
+            dst.flush()
+        finally:
+            del dst
 
     # -- guest operations, through the agent
 

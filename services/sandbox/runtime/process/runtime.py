@@ -1,0 +1,90 @@
+"""The ``process`` runtime: Linux namespaces (bubblewrap) over overlayfs, for hosts without QEMU.
+
+A sandbox is a bubblewrap process tree in its own PID, mount, IPC, UTS (and, unless the network
+policy allows more, network) namespaces, whose root is an overlayfs: writes land in an upper
+directory under the sandbox's workdir, reads fall through to the image. The image is the host's
+``/usr`` (a second overlay, so a sandbox may ``pip install`` into ``/usr/local`` without touching
+the host) under a skeleton root with a private copy of ``/etc``, plus any template layers built
+on top (:meth:`ProcessRuntime.build_image`). The names ``busybox`` and ``debian`` both select
+that host image here: what differs between them is a microVM matter.
+
+What survives what: checkpoints capture the **filesystem only** (the overlay upper directories,
+whiteouts and opaque directories included) — ``capabilities.memory_checkpoint`` is ``False`` and
+the service says so in its API. Pause is checkpoint + stop, so processes do not survive a pause,
+a restore or a fork; files do.
+
+Checkpoints are incremental: a file whose size, mtime, ctime and inode are unchanged since the
+last checkpoint taken in the same workdir is not read again, and file contents are stored
+content-addressed (``sandbox/blobs/<sha256>``), so a checkpoint stores only files whose content
+is new to the store. During the walk every process of the sandbox is stopped (SIGSTOP) so the
+layer is consistent, then continued.
+
+Not a security boundary: guest processes run as root in their namespaces with a reduced
+capability bounding set (Docker's default set); cpu/memory limits are not enforced.
+Requires root (overlay mounts), ``bwrap`` (Debian: ``apt-get install bubblewrap``), and
+util-linux's ``nsenter`` and ``setpriv``.
+
+The runtime is composed of one mixin per job: images (``images``), namespaces and launch
+(``launch``), overlay checkpoints (``checkpoints``), commands (``execs``) and files (``files``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from services.sandbox.runtime.base import (
+    Runtime,
+    RuntimeCapabilities,
+    RuntimeUnavailable,
+)
+from services.sandbox.runtime.portforward import PortForwarder
+from services.sandbox.runtime.process.checkpoints import CheckpointsMixin
+from services.sandbox.runtime.process.execs import ExecMixin
+from services.sandbox.runtime.process.files import FilesMixin
+from services.sandbox.runtime.process.images import ImagesMixin
+from services.sandbox.runtime.process.launch import LaunchMixin
+
+
+class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, FilesMixin, Runtime):
+    """bubblewrap + overlayfs sandboxes under ``root`` (images there; sandboxes in workdirs)."""
+
+    name = "process"
+    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=False)
+
+    def __init__(self, root: Path, bwrap: str | None = None) -> None:
+        self.root = Path(root)
+        self.images_dir = self.root / "images"
+        self.bwrap = bwrap or shutil.which("bwrap")
+        self.nsenter = shutil.which("nsenter")
+        self.setpriv = shutil.which("setpriv")
+        self._lock = threading.Lock()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._execs: dict[str, set[subprocess.Popen[bytes]]] = {}
+        self._gates: dict[str, threading.Lock] = {}
+        self._forwards: dict[tuple[str, int], PortForwarder] = {}
+
+    # -- availability and images
+
+    def available(self) -> tuple[bool, str]:
+        if not self.bwrap:
+            return False, "bwrap not on PATH: apt-get install -y bubblewrap"
+        if not self.nsenter or not self.setpriv:
+            return False, "nsenter/setpriv (util-linux) not on PATH"
+        if os.geteuid() != 0:
+            return False, "the process runtime mounts overlayfs and needs root"
+        return True, f"bubblewrap ({self.bwrap}) over overlayfs; checkpoints cover files only"
+
+    def _require(self) -> None:
+        ok, why = self.available()
+        if not ok:
+            raise RuntimeUnavailable(f"process runtime unavailable: {why}")
+
+    def close(self) -> None:
+        with self._lock:
+            children = list(self._children.values())
+        for proc in children:
+            proc.poll()
