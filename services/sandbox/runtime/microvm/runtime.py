@@ -58,7 +58,7 @@ from typing import Any
 
 from services.sandbox.guest.protocol import AgentClient
 from services.sandbox.images.builder import Image, get_image, sandbox_cache_dir
-from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore
+from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore, PageStores
 from services.sandbox.runtime.base import (
     CheckpointError,
     CheckpointManifest,
@@ -151,7 +151,7 @@ class MicroVMRuntime(Runtime):
         self.cow_restore = cow_restore and can_read_children()
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
-        self._pagestores: dict[int, PageStore] = {}
+        self._pagestores = PageStores()
         self._images: dict[str, Image] = {}
         self.bases = BaseFiles()
         self.pool = WarmPool(pool_size, self._start_incoming)
@@ -436,33 +436,19 @@ class MicroVMRuntime(Runtime):
     # ------------------------------------------------------------------ garbage collection
 
     def _pagestore(self, store) -> PageStore:
-        with self._lock:
-            ps = self._pagestores.get(id(store))
-            if ps is None or ps.store is not store:
-                ps = self._pagestores[id(store)] = PageStore(store)
-            return ps
+        return self._pagestores.of(store)
 
     object_prefixes = ("checkpoints/", "pagestore/packs/", "disks/")
 
     def referenced_keys(self, m: CheckpointManifest, store) -> set[str]:
         keys = super().referenced_keys(m, store)
-        if m.page_map_key:
-            ps = self._pagestore(store)
-            for pack in ps.load_map(m.page_map_key).packs:
-                keys.add(f"{ps.prefix}packs/{pack}.pages")
-                keys.add(f"{ps.prefix}packs/{pack}.keys")
+        keys.update(self._pagestores.referenced(store, m.page_map_key))
         for sha in (m.runtime_data.get("disk") or {}).get("layers", []):
             keys.add(f"disks/{sha}")
         return keys
 
     def forget_objects(self, keys: set[str]) -> None:
-        with self._lock:
-            stores = list(self._pagestores.values())
-        for ps in stores:
-            pfx = f"{ps.prefix}packs/"
-            packs = {k[len(pfx) :].rsplit(".", 1)[0] for k in keys if k.startswith(pfx)}
-            if packs:
-                ps.forget_packs(packs)
+        self._pagestores.forget(keys)
 
     def collect_local(self, referenced: set[str], grace_s: float) -> tuple[int, int]:
         """Drop cached disk layers no reachable checkpoint names, and memory base files no VM
