@@ -92,7 +92,10 @@ class ModelSettings(ServiceSettings):
         32768, ge=16, description="Latent KV cache capacity in tokens, over all requests."
     )
     max_model_len: int = Field(
-        8192, ge=0, description="Most tokens (prompt + output) per request (0 = pool capacity)."
+        0,
+        ge=0,
+        description="Most tokens (prompt + output) per request (0 = pool capacity: an agent "
+        "scenario's system prompt and tool schemas alone can pass 8K tokens).",
     )
     default_max_tokens: int = Field(
         0, ge=0, description="max_tokens when a request gives none (0 = up to the context)."

@@ -103,6 +103,10 @@ class EpisodeCancelled(Exception):
     pass
 
 
+class ContextTooSmall(Exception):
+    """The fixed part of the context alone does not fit the model's window."""
+
+
 def persisted(state: dict[str, Any]) -> dict[str, Any]:
     """The state as stored: everything but the context (the trajectory holds that)."""
     return {k: v for k, v in state.items() if k != "messages"}
@@ -177,6 +181,7 @@ class EpisodeRunner:
             else:  # resuming: the context is the trajectory's, replayed
                 state["messages"] = context_from_items(self.db, self.id)
             rt = self._runtime(request, harness, state)
+            self._check_fits(rt, state)
             loop = Loop(rt, state, self._emit)
             self.max_steps = harness.budgets.max_steps
             self._persist(state)  # the runtime's one-time items; a cancel stops here
@@ -186,6 +191,9 @@ class EpisodeRunner:
             self._score_and_finish(request, rt, state)
         except EpisodeCancelled:
             self._finish_status("cancelled", None, None)
+        except ContextTooSmall as exc:
+            log.warning("episode %s: %s", self.id, exc)
+            self._finish_status("failed", "context_too_small", str(exc))
         except Exception as exc:  # noqa: BLE001 - an episode that cannot go on is marked failed
             log.exception("episode %s failed", self.id)
             self._finish_status("failed", type(exc).__name__, str(exc)[:2000])
@@ -331,6 +339,20 @@ class EpisodeRunner:
         ctx.subagent = lambda kind, prompt: run_subagent(rt, kind, prompt)
         return rt
 
+    def _check_fits(self, rt: Runtime, state: dict[str, Any]) -> None:
+        """Fail at once, naming the sizes, when the system prompt, the first message and the
+        tool schemas already fill the model's window: no compaction can shrink that part, and
+        every model call would be refused, so the loop would only end in ``policy_error``."""
+        fixed = rt.compactor.count(state["messages"][:2])
+        window = rt.compactor.window
+        if fixed >= window:
+            raise ContextTooSmall(
+                f"the system prompt, the task and {len(rt.tools.names())} tool schemas take "
+                f"{fixed} tokens ({rt.compactor.counter.name}), the model's context is {window}: "
+                "serve the model with a longer max_model_len (K3STACK_MODEL__MAX_MODEL_LEN) "
+                "or give the episode a larger context_window"
+            )
+
     def _policy(self, request: EpisodeCreate, world: World | None) -> Any:
         spec = request.policy
         if spec.kind == "oracle":
@@ -375,7 +397,10 @@ class EpisodeRunner:
     # -- finish --------------------------------------------------------------------------------
 
     def _score_and_finish(self, request: EpisodeCreate, rt: Runtime, state: dict) -> None:
-        result: dict[str, Any] = {"exit_reason": state.get("exit_reason")}
+        result: dict[str, Any] = {
+            "exit_reason": state.get("exit_reason"),
+            "exit_detail": state.get("exit_detail"),
+        }
         reward = None
         if rt.world is not None:
             checks = self.svc.tools.checks(rt.world.id).model_dump(mode="json")

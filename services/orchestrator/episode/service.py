@@ -94,6 +94,7 @@ def episode_view(row: EpisodeRow) -> Episode:
             for e in result.get("events") or []
         ],  # fmt: skip
         exit_reason=state.get("exit_reason"),
+        exit_detail=state.get("exit_detail"),
         error_code=row.error_code,
         error_message=row.error_message,
         cancel_requested=row.cancel_requested,
