@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from sqlalchemy import text
 
 from services.orchestrator.db import MIGRATIONS, open_database
@@ -14,6 +12,7 @@ from services.orchestrator.episode.models import Base, EpisodeRow
 from services.orchestrator.episode.runner import EpisodeStore
 from shared.db import migrate
 from shared.jobs import JobPolicy
+from tests.helpers.schema import schema_diffs
 from tests.shared.conftest import pg_url  # noqa: F401 - the throwaway PostgreSQL database
 
 
@@ -21,12 +20,7 @@ def _check_tables_match_models(url: str) -> None:
     db = open_database(url)
     try:
         db.migrate()
-        with db.engine.connect() as conn:
-            ctx = MigrationContext.configure(conn, opts={"compare_type": True})
-            diffs = [
-                d for d in compare_metadata(ctx, Base.metadata) if "alembic_version" not in str(d)
-            ]
-        assert diffs == []
+        assert schema_diffs(db.engine, Base.metadata) == []
     finally:
         db.close()
 
