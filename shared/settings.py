@@ -243,10 +243,13 @@ class OrchestratorSettings(ServiceSettings):
     port: int = Field(8004, ge=0, le=65535, description="TCP port the service listens on.")
     rollout_queue: str = Field("rollouts", description="Celery queue for rollout batches.")
     lease_s: float = Field(
-        30.0, gt=0, description="An episode's worker lease; a lapsed one is re-queued."
+        30.0,
+        gt=0,
+        description="An episode's job lease: its worker beats every third of it; one silent "
+        "this long is re-queued (failed worker_lost after job_max_attempts starts).",
     )
     reaper_interval_s: float = Field(
-        5.0, ge=0, description="How often lapsed episode leases are reaped (0 = off)."
+        5.0, ge=0, description="How often episodes whose worker died are reaped (0 = off)."
     )
 
 
