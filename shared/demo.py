@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -199,14 +199,16 @@ def _oracle_episode(orch: OrchestratorClient, data_dir: Path) -> str:
     )
 
 
-def _model_episode(orch: OrchestratorClient) -> str:
-    url = os.environ.get("K3STACK_DEMO_MODEL_URL")
+def model_episode_body(env: Mapping[str, str]) -> dict[str, object]:
+    """The model-driven episode's request: the tiny K3 model of the model service, or the
+    endpoint named by ``K3STACK_DEMO_MODEL_URL`` (with ``_KEY`` and ``K3STACK_DEMO_MODEL``)."""
+    url = env.get("K3STACK_DEMO_MODEL_URL")
     policy: dict[str, object] = {"kind": "openai"}
     if url:
-        policy |= {"base_url": url, "api_key": os.environ.get("K3STACK_DEMO_MODEL_KEY")}
-        if os.environ.get("K3STACK_DEMO_MODEL"):
-            policy["model"] = os.environ["K3STACK_DEMO_MODEL"]
-    body = {
+        policy |= {"base_url": url, "api_key": env.get("K3STACK_DEMO_MODEL_KEY")}
+        if env.get("K3STACK_DEMO_MODEL"):
+            policy["model"] = env["K3STACK_DEMO_MODEL"]
+    return {
         "task": {"scenario": DEMO_SCENARIO, "seed": 1},
         "harness": "claude-code",
         "policy": policy,
@@ -215,7 +217,15 @@ def _model_episode(orch: OrchestratorClient) -> str:
             "max_output_tokens": 64 if not url else None,
         },
     }
+
+
+def _model_episode(orch: OrchestratorClient) -> str:
+    url = os.environ.get("K3STACK_DEMO_MODEL_URL")
+    body = model_episode_body(os.environ)
     ep = _wait_episode(orch, orch.create_episode(EpisodeCreate.model_validate(body)).id, 900)
+    if ep.status != "succeeded" or ep.exit_reason == "policy_error":
+        why = ep.error_message or ep.exit_detail or ep.exit_reason
+        raise RuntimeError(f"episode {ep.id} {ep.status} ({ep.exit_reason}): {why}")
     who = url or "the tiny K3 model (random weights: its tool calls are noise)"
     return (
         f"episode {ep.id} with {who}: {ep.status} ({ep.exit_reason}), {ep.step} steps, "

@@ -738,7 +738,10 @@ class JobRun:
 
 
 @contextlib.contextmanager
-def _heartbeats(run: JobRun, every_s: float) -> Iterator[None]:
+def heartbeats(run: JobRun, every_s: float) -> Iterator[None]:
+    """Renew ``run``'s heartbeat every ``every_s`` while the block runs (a daemon thread);
+    once the job is no longer the run's, the run is marked stopped. :class:`JobTask` wraps
+    every body in it; a service running a claimed job in-process uses it the same way."""
     done = threading.Event()
 
     def beat() -> None:
@@ -807,7 +810,7 @@ class JobTask(Task):
             log.info("job %s not started: %s", job_id, claim.reason)
             return None
         run = JobRun(store, job_id, owner, claim.payload, claim.attempt)
-        with _heartbeats(run, store.policy.heartbeat_s):
+        with heartbeats(run, store.policy.heartbeat_s):
             self._run(run)
         return None
 

@@ -92,7 +92,10 @@ class ModelSettings(ServiceSettings):
         32768, ge=16, description="Latent KV cache capacity in tokens, over all requests."
     )
     max_model_len: int = Field(
-        8192, ge=0, description="Most tokens (prompt + output) per request (0 = pool capacity)."
+        0,
+        ge=0,
+        description="Most tokens (prompt + output) per request (0 = pool capacity: an agent "
+        "scenario's system prompt and tool schemas alone can pass 8K tokens).",
     )
     default_max_tokens: int = Field(
         0, ge=0, description="max_tokens when a request gives none (0 = up to the context)."
@@ -244,10 +247,13 @@ class OrchestratorSettings(ServiceSettings):
     port: int = Field(8004, ge=0, le=65535, description="TCP port the service listens on.")
     rollout_queue: str = Field("rollouts", description="Celery queue for rollout batches.")
     lease_s: float = Field(
-        30.0, gt=0, description="An episode's worker lease; a lapsed one is re-queued."
+        30.0,
+        gt=0,
+        description="An episode's job lease: its worker beats every third of it; one silent "
+        "this long is re-queued (failed worker_lost after job_max_attempts starts).",
     )
     reaper_interval_s: float = Field(
-        5.0, ge=0, description="How often lapsed episode leases are reaped (0 = off)."
+        5.0, ge=0, description="How often episodes whose worker died are reaped (0 = off)."
     )
 
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, FastAPI, Request
 from shared.app import create_app as create_service_app
 from shared.clients import AsyncServiceClient, ServiceError
 from shared.contracts.orchestrator import PlatformStatus, ServiceStatus
+from shared.jobs import jobs_router
 from shared.settings import SERVICE_NAMES, get_settings
 
 router = APIRouter(tags=["platform"])
@@ -56,6 +57,7 @@ def _reaper(app: FastAPI, stop: threading.Event, interval: float) -> None:
 def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
     """``enqueue`` puts an episode id on the queue (default: the Celery task)."""
     from services.orchestrator.db import open_database
+    from services.orchestrator.episode.runner import EpisodeStore
     from services.orchestrator.episode.service import services_from_settings
     from services.orchestrator.routes import router as episodes_router
 
@@ -66,6 +68,7 @@ def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
         app.state.db = db
+        app.state.jobs = EpisodeStore(db, settings)  # episodes are jobs: GET /jobs shows them
         app.state.services = services_from_settings(settings)
         if enqueue is None:
             from services.orchestrator.tasks import enqueue_episode
@@ -85,7 +88,7 @@ def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
 
     return create_service_app(
         "orchestrator",
-        routers=[router, episodes_router],
+        routers=[router, episodes_router, jobs_router()],
         lifespan=lifespan,
         health_checks={"database": db.ping},
         settings=settings,

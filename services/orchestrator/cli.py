@@ -101,6 +101,10 @@ def _view(ep: Any) -> Table:
     table.add_row("compactions", str(ep.compactions))
     passed = "—" if ep.events_total is None else f"{ep.events_passed}/{ep.events_total}"
     table.add_row("events passed", passed)
+    if ep.exit_reason:
+        table.add_row("ended", ep.exit_reason + (f": {ep.exit_detail}" if ep.exit_detail else ""))
+    if ep.error_message:
+        table.add_row("error", f"{ep.error_code}: {ep.error_message}")
     return table
 
 
@@ -164,3 +168,5 @@ def run(
     console.print(f"report: {client.base_url}/episodes/{ep.id}/report")
     if ep.status != "succeeded":
         _fail(f"episode {ep.status}: {ep.error_message or ep.exit_reason}")
+    if ep.exit_reason == "policy_error":
+        _fail(f"the policy kept failing: {ep.exit_detail}")

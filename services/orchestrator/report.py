@@ -98,6 +98,8 @@ def render_report(doc: dict[str, Any]) -> str:
         f"reward {reward:.3f} · events passed {passed}/{total}" if reward is not None
         else f"exit: {escape(str(result.get('exit_reason')))}"
     )  # fmt: skip
+    if result.get("exit_detail"):
+        score_text += f" · {escape(str(result['exit_reason']))}: {escape(result['exit_detail'])}"
     task = doc.get("task") or {}
     usage = doc.get("usage") or {}
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">

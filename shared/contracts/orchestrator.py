@@ -122,6 +122,9 @@ class Episode(BaseModel):
     events_total: int | None
     results: list[EventResult] = Field(default_factory=list)
     exit_reason: str | None
+    exit_detail: str | None = Field(
+        None, description="Why the loop stopped there, e.g. the policy's last error."
+    )
     error_code: str | None = None
     error_message: str | None = None
     cancel_requested: bool = False

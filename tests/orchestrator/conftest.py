@@ -107,7 +107,7 @@ def model_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with _on_free_port(
         lambda port: [sys.executable, "-m", "services.model", "--port", str(port)],
         url_template="http://127.0.0.1:{port}",
-        env=service_env(data, OMP_NUM_THREADS="1", K3STACK_MODEL__MAX_MODEL_LEN="16384"),
+        env=service_env(data, OMP_NUM_THREADS="1"),  # the defaults `k3stack up` serves
         cwd=str(REPO),
         timeout=180.0,
         ready_text="Application startup complete",

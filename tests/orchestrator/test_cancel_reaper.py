@@ -58,8 +58,9 @@ def test_reaper_requeues_a_lapsed_lease_and_releases_leftovers(orch_db, services
     lapsed = create_episode(orch_db, EpisodeCreate.model_validate(BODY), lambda _id: None)
     with orch_db.session() as s:
         row = s.get(EpisodeRow, lapsed)
-        row.status, row.worker = "running", "gone-host:1:1"
-        row.lease_expires_at = now_utc() - timedelta(seconds=1)
+        row.status, row.owner = "running", "gone-host:1:1"
+        lease = services.settings.orchestrator.lease_s
+        row.heartbeat_at = now_utc() - timedelta(seconds=lease + 1)
     queued: list[str] = []
     out = reap(orch_db, services, queued.append)
     assert out["requeued"] == [lapsed] and queued == [lapsed]
@@ -76,3 +77,22 @@ def test_reaper_requeues_a_lapsed_lease_and_releases_leftovers(orch_db, services
     assert leftover in reap(orch_db, services, queued.append)["released"]
     assert status(orch_db, leftover).resources_released
     assert reap(orch_db, services, queued.append) == {"requeued": [], "released": []}
+
+
+def test_an_episode_that_keeps_losing_its_worker_fails_worker_lost(orch_db, services) -> None:
+    """The shared job model's bound: started K3STACK_JOB_MAX_ATTEMPTS times, a lapsed
+    episode is failed (``worker_lost``) instead of re-queued, and its world is released."""
+    lost = create_episode(orch_db, EpisodeCreate.model_validate(BODY), lambda _id: None)
+    world = services.tools.create_world("finance_expenses", 0)
+    with orch_db.session() as s:
+        row = s.get(EpisodeRow, lost)
+        row.status, row.owner, row.world_id = "running", "gone-host:1:1", world.id
+        row.attempts = services.settings.job_max_attempts
+        row.heartbeat_at = now_utc() - timedelta(seconds=services.settings.orchestrator.lease_s + 1)
+    queued: list[str] = []
+    out = reap(orch_db, services, queued.append)
+    assert out == {"requeued": [], "released": [lost]} and queued == []
+    row = status(orch_db, lost)
+    assert row.status == "failed" and row.error_code == "worker_lost" and row.resources_released
+    assert f"started {row.attempts} times" in row.error_message
+    assert httpx.get(f"{services.tools.base_url}/worlds/{world.id}", timeout=30).status_code == 404

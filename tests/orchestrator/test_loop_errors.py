@@ -106,3 +106,84 @@ def test_random_weights_model_episode_runs_to_its_budget(orch_db, services, mode
         assert row.state["step"] >= 1
         assert row.state["usage"]["completion_tokens"] > 0
         assert row.result["events_total"] > 0 and row.reward is not None
+
+
+@pytest.mark.slow
+def test_the_demos_model_episode_runs_to_its_step_budget(orch_db, services, model_url) -> None:
+    """`make demo`'s second episode, as the demo builds it (hr_onboarding, claude-code, the
+    tiny K3 model of the model service at its default settings): its 55 tool schemas alone are
+    ~12K tokens of the tiny tokenizer, so the model's window must hold them; the episode takes
+    its steps and ends on its step budget, not in ``policy_error``."""
+    from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
+    from services.orchestrator.episode.runner import EpisodeRunner
+    from services.orchestrator.episode.service import create_episode, episode_view
+    from shared.clients import ModelClient
+    from shared.contracts.orchestrator import EpisodeCreate
+    from shared.demo import model_episode_body
+
+    services.model = ModelClient(model_url, timeout=300.0)
+    body = EpisodeCreate.model_validate(model_episode_body({}))
+    episode_id = create_episode(orch_db, body, lambda _id: None)
+    EpisodeRunner(orch_db, services, episode_id).run()
+    with orch_db.session() as s:
+        ep = episode_view(s.get(EpisodeRow, episode_id))
+        errors = [i.body for i in s.query(TrajectoryItemRow).filter_by(episode_id=episode_id)
+                  if i.kind == "error"]  # fmt: skip
+    assert ep.status == "succeeded", ep.error_message
+    assert ep.exit_reason == "max_steps", (ep.exit_detail, errors)
+    assert ep.step == body.budgets.max_steps
+    assert ep.tokens > 0 and ep.events_total and ep.reward is not None
+    assert not [e for e in errors if e["where"] == "policy"]
+
+
+def test_a_context_too_small_for_the_prompt_fails_at_once_naming_the_sizes(
+    orch_db, services
+) -> None:
+    """A window that the system prompt and tool schemas alone overflow can never be sent:
+    the episode fails before its first model call, saying so, and its world is released."""
+    from services.orchestrator.episode.models import EpisodeRow
+    from services.orchestrator.episode.runner import EpisodeRunner
+    from services.orchestrator.episode.service import create_episode, episode_view
+    from shared.clients import ServiceError
+    from shared.contracts.orchestrator import EpisodeCreate
+
+    body = EpisodeCreate.model_validate(
+        {"task": {"scenario": "finance_expenses"}, "harness": "claude-code",
+         "policy": {"kind": "oracle"}, "context_window": 1000}
+    )  # fmt: skip
+    episode_id = create_episode(orch_db, body, lambda _id: None)
+    EpisodeRunner(orch_db, services, episode_id).run()
+    with orch_db.session() as s:
+        row = s.get(EpisodeRow, episode_id)
+        ep = episode_view(row)
+        world_id, released = row.world_id, row.resources_released
+    assert ep.status == "failed" and ep.error_code == "context_too_small"
+    assert "tool schemas take" in ep.error_message and "context is 1000" in ep.error_message
+    assert ep.step == 0
+    assert released
+    with pytest.raises(ServiceError) as gone:
+        services.tools.clock(world_id)
+    assert gone.value.status == 404
+
+
+def test_a_policy_that_keeps_failing_says_why(orch_db, services) -> None:
+    """After the policy's repeated failures the episode ends in ``policy_error`` and
+    ``GET /episodes/{id}`` carries the last failure's message."""
+    from services.orchestrator.episode.models import EpisodeRow
+    from services.orchestrator.episode.runner import EpisodeRunner
+    from services.orchestrator.episode.service import create_episode, episode_view
+    from shared.contracts.orchestrator import EpisodeCreate
+
+    def refuse(view) -> Turn:
+        raise RuntimeError("endpoint says no (HTTP 400)")
+
+    body = EpisodeCreate.model_validate(
+        {"task": {"scenario": "finance_expenses"}, "harness": "kimi-code",
+         "policy": {"kind": "oracle"}}
+    )  # fmt: skip
+    episode_id = create_episode(orch_db, body, lambda _id: None)
+    EpisodeRunner(orch_db, services, episode_id, policy=ScriptedPolicy(refuse)).run()
+    with orch_db.session() as s:
+        ep = episode_view(s.get(EpisodeRow, episode_id))
+    assert ep.exit_reason == "policy_error" and ep.step == 0
+    assert ep.exit_detail == "RuntimeError: endpoint says no (HTTP 400)"

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from services.orchestrator.episode.models import EpisodeRow
-from services.orchestrator.episode.runner import EpisodeRunner
+from services.orchestrator.episode.runner import EpisodeRunner, EpisodeStore
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.service import create_episode, reap
+from shared.jobs import JobPolicy
 from shared.queue import make_celery, worker_argv
 from tests.helpers.servers import spawn
 from tests.orchestrator.conftest import REPO, service_env
@@ -106,7 +107,8 @@ def test_sigkilled_worker_episode_completes_on_another(
 
     with spawn(argv, env=env, cwd=REPO, ready_text=" ready.", timeout=120):
         # The lapsed lease is reaped (the service's reaper thread does this every few s).
-        wait_for(lambda: reap(orch_db, None, enqueue)["requeued"], "the lease to lapse")
+        store = EpisodeStore(orch_db, policy=JobPolicy(heartbeat_s=0.5, lease_s=2.0))
+        wait_for(lambda: reap(orch_db, None, enqueue, store)["requeued"], "the lease to lapse")
         wait_for(lambda: progress()[0] in ("succeeded", "failed"), "the episode to finish")
 
     with orch_db.session() as s:

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -49,6 +47,7 @@ from shared.jobs import (
 from shared.jobs_client import AsyncJobsClient, JobsClient
 from shared.queue import make_celery
 from shared.settings import get_settings, load_settings
+from tests.helpers.schema import schema_diffs
 from tests.helpers.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -578,12 +577,7 @@ def _check_migrated_table_matches_model(url: str) -> None:
     db = ServiceDatabase("verifier", url, MIGRATIONS)
     try:
         db.migrate()
-        with db.engine.connect() as conn:
-            ctx = MigrationContext.configure(conn, opts={"compare_type": True})
-            diffs = [
-                d for d in compare_metadata(ctx, Base.metadata) if "alembic_version" not in str(d)
-            ]
-        assert diffs == []
+        assert schema_diffs(db.engine, Base.metadata) == []
         store = JobStore(db, JobRow)
         job = _new(store)
         assert store.claim(job.id, "h:1:a").started

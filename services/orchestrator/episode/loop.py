@@ -107,6 +107,8 @@ def initial_state(system_prompt: str, instruction: str) -> dict[str, Any]:
         "cursor": {},
         "wall_s": 0.0,
         "exit_reason": None,
+        "exit_detail": None,
+        "policy_error": None,
         "phase": "loop",
         "clock": None,
     }
@@ -150,6 +152,8 @@ class Loop:
             return
         reason = self._over_budget()
         if reason:
+            if reason == "policy_error":
+                s["exit_detail"] = s.get("policy_error")
             self.finish(reason)
             return
         tokens = self.rt.compactor.count(s["messages"])
@@ -209,9 +213,10 @@ class Loop:
             turn: Turn = rt.policy.act(view)
         except Exception as exc:  # noqa: BLE001 - an endpoint failure is recorded, then retried
             s["policy_failures"] += 1
-            self.emit("error", {"where": "policy", "message": f"{type(exc).__name__}: {exc}"})
+            s["policy_error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            self.emit("error", {"where": "policy", "message": s["policy_error"]})
             return
-        s["policy_failures"] = 0
+        s["policy_failures"], s["policy_error"] = 0, None
         s["step"] += 1
         s["day_steps"] += 1
         for k in ("prompt_tokens", "completion_tokens"):

@@ -8,34 +8,35 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db import service_base
+from shared.db import UTCDateTime, service_base
+from shared.jobs import JobMixin, utcnow
 
 Base = service_base()
 
 
-class EpisodeRow(Base):
+class EpisodeRow(JobMixin, Base):
+    """An episode is a job of the shared job model (``shared/jobs.py``: status, owner,
+    heartbeat, attempts, progress, result, error; ``payload`` is the episode's request), plus
+    what only an episode has: its loop state, its world and sandbox leases and its reward."""
+
     __tablename__ = "orchestrator_episodes"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(32), default="episode")
-    status: Mapped[str] = mapped_column(String(16), index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    progress: Mapped[float] = mapped_column(Float, default=0.0)
-    worker: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     sandbox_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     world_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     resources_released: Mapped[bool] = mapped_column(Boolean, default=False)
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)
-    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     result_location: Mapped[str | None] = mapped_column(String(512), nullable=True)
-    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return self.payload or {}
+
+    @property
+    def cancel_requested(self) -> bool:
+        """A cancel is the job's ``cancelled`` status; a running worker stops at its next tick."""
+        return self.status == "cancelled"
 
 
 class TrajectoryItemRow(Base):

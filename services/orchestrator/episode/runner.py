@@ -1,21 +1,21 @@
-"""Running one episode on a worker: claim its lease, build its runtime, tick and persist,
-score, write the trajectory and report, release its sandbox and world.
+"""Running one episode on a worker: claim it, build its runtime, tick and persist, score,
+write the trajectory and report, release its sandbox and world.
 
+An episode is a job of the shared job model (``shared/jobs.py``): the claim, the heartbeat
+thread, attempts, cancellation and the reaper's re-queue / ``worker_lost`` are that model's.
 SQL is the source of truth: after every tick the state (messages, cursor, counters), the new
-trajectory items and a fresh lease are committed together. A worker that dies leaves a lease
-that runs out; the reaper then puts the episode back on the queue and the next worker picks
-it up from its last committed tick.
+trajectory items, the progress and the heartbeat are committed together, on the condition that
+the episode is still this run's (``running`` under its owner), so a cancelled or taken-over
+episode stops at its next tick. A worker that dies stops its heartbeat; the reaper then puts the
+episode back on the queue and the next worker picks it up from its last committed tick.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
-import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -32,10 +32,12 @@ from services.orchestrator.skills import load_skills
 from services.orchestrator.tools.base import ToolSet
 from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
 from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
+from shared.jobs import FINISHED, JobCancelled, JobPolicy, JobRun, JobStore, heartbeats, new_owner
 
 log = logging.getLogger("k3stack.orchestrator")
-LEASE_S = 30.0
-TERMINAL = ("succeeded", "failed", "cancelled")
+TERMINAL = tuple(str(s) for s in FINISHED)
+TASK_NAME = "orchestrator.run_episode"
+QUEUE = "orchestrator"
 
 
 def now_utc() -> datetime:
@@ -48,8 +50,24 @@ def _aware(dt: datetime | None) -> datetime | None:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+class EpisodeStore(JobStore):
+    """The shared job store over the episodes table. Its timing is the orchestrator's own
+    (``K3STACK_ORCHESTRATOR__LEASE_S``, a heartbeat every third of it) and its bound on starts
+    ``K3STACK_JOB_MAX_ATTEMPTS``, read when first needed (never at import)."""
+
+    def __init__(self, database: Any, settings: Any = None, **kw: Any) -> None:
+        super().__init__(database, EpisodeRow, **kw)
+        self._settings = settings
+
+    @property
+    def policy(self) -> JobPolicy:
+        if self._policy is None:
+            from shared.settings import get_settings
+
+            s = self._settings or get_settings()
+            lease = s.orchestrator.lease_s
+            self._policy = JobPolicy(lease / 3, lease, s.job_max_attempts)
+        return self._policy
 
 
 @dataclass
@@ -99,8 +117,8 @@ class SQLJournal:
             row.status, row.observation, row.is_error = "done", observation, is_error
 
 
-class EpisodeCancelled(Exception):
-    pass
+class ContextTooSmall(Exception):
+    """The fixed part of the context alone does not fit the model's window."""
 
 
 def persisted(state: dict[str, Any]) -> dict[str, Any]:
@@ -121,49 +139,32 @@ class EpisodeRunner:
         self.db = db
         self.svc = services
         self.id = episode_id
-        self.worker = worker_name()
+        self.store = EpisodeStore(db, services.settings)
+        self.owner = ""
         self.policy_override = policy
         self.items: list[tuple[str, dict[str, Any]]] = []
         self.seq: int | None = None
         self.max_steps = 1
-        self.lease_s = getattr(getattr(services.settings, "orchestrator", None), "lease_s", LEASE_S)
-        self._beating = threading.Event()
-
-    def _heartbeat(self) -> None:
-        """Keep the lease while one long tick (a model call, a long command) runs."""
-        while not self._beating.wait(self.lease_s / 3):
-            with self.db.session() as s:
-                s.execute(
-                    update(EpisodeRow)
-                    .where(EpisodeRow.id == self.id, EpisodeRow.worker == self.worker)
-                    .values(lease_expires_at=now_utc() + timedelta(seconds=self.lease_s))
-                )
-
-    # -- lease ---------------------------------------------------------------------------------
-
-    def claim(self) -> bool:
-        """Take the episode if it is queued, or running on a lease that ran out."""
-        now = now_utc()
-        with self.db.session() as s:
-            row = s.get(EpisodeRow, self.id)
-            if row is None or row.status in TERMINAL:
-                return False
-            expires = _aware(row.lease_expires_at)
-            if row.status == "running" and row.worker != self.worker and expires and expires > now:
-                return False
-            row.status, row.worker = "running", self.worker
-            row.lease_expires_at = now + timedelta(seconds=self.lease_s)
-            row.attempts += 1
-            row.updated_at = now
-            return True
 
     # -- run -----------------------------------------------------------------------------------
 
-    def run(self) -> None:
-        if not self.claim():
+    def run(self, job: JobRun | None = None) -> None:
+        """Run the episode as ``job`` (a claimed run: the Celery task's), or claim it here and
+        keep its heartbeat (an in-process run) — the same claim either way."""
+        if job is not None:
+            self._run(job)
             return
-        beat = threading.Thread(target=self._heartbeat, daemon=True, name=f"lease-{self.id}")
-        beat.start()
+        owner = new_owner()
+        claim = self.store.claim(self.id, owner)
+        if not claim.started:
+            log.info("episode %s not started: %s", self.id, claim.reason)
+            return
+        job = JobRun(self.store, self.id, owner, claim.payload, claim.attempt)
+        with heartbeats(job, self.store.policy.heartbeat_s):
+            self._run(job)
+
+    def _run(self, job: JobRun) -> None:
+        self.owner = job.owner
         try:
             with self.db.session() as s:
                 row = s.get(EpisodeRow, self.id)
@@ -177,6 +178,7 @@ class EpisodeRunner:
             else:  # resuming: the context is the trajectory's, replayed
                 state["messages"] = context_from_items(self.db, self.id)
             rt = self._runtime(request, harness, state)
+            self._check_fits(rt, state)
             loop = Loop(rt, state, self._emit)
             self.max_steps = harness.budgets.max_steps
             self._persist(state)  # the runtime's one-time items; a cancel stops here
@@ -184,13 +186,15 @@ class EpisodeRunner:
                 loop.tick()
                 self._persist(state)
             self._score_and_finish(request, rt, state)
-        except EpisodeCancelled:
-            self._finish_status("cancelled", None, None)
+        except JobCancelled:
+            log.info("episode %s stopped: cancelled or taken over", self.id)
+        except ContextTooSmall as exc:
+            log.warning("episode %s: %s", self.id, exc)
+            self.store.fail(self.id, self.owner, "context_too_small", str(exc))
         except Exception as exc:  # noqa: BLE001 - an episode that cannot go on is marked failed
             log.exception("episode %s failed", self.id)
-            self._finish_status("failed", type(exc).__name__, str(exc)[:2000])
+            self.store.fail(self.id, self.owner, type(exc).__name__, str(exc)[:2000])
         finally:
-            self._beating.set()
             self.release()
 
     def _emit(self, kind: str, body: dict[str, Any]) -> None:
@@ -198,13 +202,14 @@ class EpisodeRunner:
 
     def _persist(self, state: dict[str, Any]) -> None:
         """One transaction per tick: the new trajectory items, the state (counters, cursor,
-        pending calls; the context itself is rebuilt from the items on resume), the lease.
-        Raises :class:`EpisodeCancelled` once a cancel was requested."""
+        pending calls; the context itself is rebuilt from the items on resume), the progress
+        and the heartbeat. Raises :class:`JobCancelled` (nothing written) once the episode is no
+        longer this run's: cancelled, or taken over after a lost heartbeat."""
         now = now_utc()
         with self.db.session() as s:
             row = s.get(EpisodeRow, self.id)
-            if row.worker != self.worker:
-                raise RuntimeError("lease lost to another worker")
+            if row.status != "running" or row.owner != self.owner:
+                raise JobCancelled(self.id)
             if self.seq is None:
                 last = s.scalars(
                     select(TrajectoryItemRow.seq)
@@ -225,12 +230,9 @@ class EpisodeRunner:
             self.seq = seq - 1
             self.items.clear()
             row.state = json.loads(json.dumps(persisted(state), default=str))
-            row.lease_expires_at = now + timedelta(seconds=self.lease_s)
-            row.updated_at = now
+            row.heartbeat_at = row.updated_at = now
             row.progress = min(1.0, state.get("step", 0) / max(1, self.max_steps))
-            cancelled = row.cancel_requested
-        if cancelled and state.get("phase") == "loop":
-            raise EpisodeCancelled()
+            row.progress_message = f"step {state.get('step', 0)}, day {state.get('day', 1)}"
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -331,6 +333,20 @@ class EpisodeRunner:
         ctx.subagent = lambda kind, prompt: run_subagent(rt, kind, prompt)
         return rt
 
+    def _check_fits(self, rt: Runtime, state: dict[str, Any]) -> None:
+        """Fail at once, naming the sizes, when the system prompt, the first message and the
+        tool schemas already fill the model's window: no compaction can shrink that part, and
+        every model call would be refused, so the loop would only end in ``policy_error``."""
+        fixed = rt.compactor.count(state["messages"][:2])
+        window = rt.compactor.window
+        if fixed >= window:
+            raise ContextTooSmall(
+                f"the system prompt, the task and {len(rt.tools.names())} tool schemas take "
+                f"{fixed} tokens ({rt.compactor.counter.name}), the model's context is {window}: "
+                "serve the model with a longer max_model_len (K3STACK_MODEL__MAX_MODEL_LEN) "
+                "or give the episode a larger context_window"
+            )
+
     def _policy(self, request: EpisodeCreate, world: World | None) -> Any:
         spec = request.policy
         if spec.kind == "oracle":
@@ -375,7 +391,10 @@ class EpisodeRunner:
     # -- finish --------------------------------------------------------------------------------
 
     def _score_and_finish(self, request: EpisodeCreate, rt: Runtime, state: dict) -> None:
-        result: dict[str, Any] = {"exit_reason": state.get("exit_reason")}
+        result: dict[str, Any] = {
+            "exit_reason": state.get("exit_reason"),
+            "exit_detail": state.get("exit_detail"),
+        }
         reward = None
         if rt.world is not None:
             checks = self.svc.tools.checks(rt.world.id).model_dump(mode="json")
@@ -399,10 +418,13 @@ class EpisodeRunner:
         state["phase"] = "done"
         self._persist(state)
         with self.db.session() as s:
-            row = s.get(EpisodeRow, self.id)
-            row.status, row.reward, row.result = "succeeded", reward, result
-            row.progress, row.updated_at = 1.0, now_utc()
-            row.lease_expires_at = None
+            s.execute(
+                update(EpisodeRow)
+                .where(EpisodeRow.id == self.id, EpisodeRow.owner == self.owner)
+                .values(reward=reward, updated_at=now_utc())
+            )
+        if not self.store.succeed(self.id, self.owner, result, None):
+            raise JobCancelled(self.id)
         try:
             from services.orchestrator.episode.export import write_artifacts
 
@@ -412,14 +434,6 @@ class EpisodeRunner:
             return
         with self.db.session() as s:
             s.get(EpisodeRow, self.id).result_location = location
-
-    def _finish_status(self, status: str, code: str | None, message: str | None) -> None:
-        with self.db.session() as s:
-            row = s.get(EpisodeRow, self.id)
-            if row is None or row.status in TERMINAL:
-                return
-            row.status, row.error_code, row.error_message = status, code, message
-            row.updated_at, row.lease_expires_at = now_utc(), None
 
     def release(self) -> None:
         release_resources(self.db, self.svc, self.id)

@@ -11,13 +11,16 @@ from sqlalchemy import select
 
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import (
+    QUEUE,
+    TASK_NAME,
     TERMINAL,
+    EpisodeStore,
     Services,
     _aware,
-    now_utc,
     release_resources,
 )
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EventResult
+from shared.errors import APIError
 
 log = logging.getLogger("k3stack.orchestrator")
 
@@ -39,25 +42,18 @@ def services_from_settings(settings: Any, objects: Any = None) -> Services:
 
 
 def create_episode(db: Any, body: EpisodeCreate, enqueue: Callable[[str], None]) -> str:
-    """Row first, then the queue; a failed enqueue marks the row failed."""
-    episode_id = "ep_" + uuid.uuid4().hex[:20]
-    now = now_utc()
-    with db.session() as s:
-        s.add(
-            EpisodeRow(
-                id=episode_id, kind="episode", status="queued", created_at=now, updated_at=now,
-                request=body.model_dump(mode="json"), state={}, progress=0.0, attempts=0,
-                cancel_requested=False, resources_released=False,
-            )
-        )  # fmt: skip
+    """Row first (a job of kind ``episode``, queued), then the queue; a failed enqueue marks
+    the row failed (``enqueue_failed``), never "queued" forever."""
+    store = EpisodeStore(db)
+    job = store.create(
+        kind="episode", payload=body.model_dump(mode="json"), task_name=TASK_NAME, queue=QUEUE,
+        job_id="ep_" + uuid.uuid4().hex[:20],
+    )  # fmt: skip
     try:
-        enqueue(episode_id)
-    except Exception as exc:  # noqa: BLE001 - the row says why, never "queued" forever
-        with db.session() as s:
-            row = s.get(EpisodeRow, episode_id)
-            row.status, row.error_code = "failed", "enqueue_failed"
-            row.error_message = f"could not queue the episode: {exc}"
-    return episode_id
+        enqueue(job.id)
+    except Exception as exc:  # noqa: BLE001 - the row says why
+        store.mark_enqueue_failed(job.id, f"could not queue the episode: {exc}")
+    return job.id
 
 
 def episode_view(row: EpisodeRow) -> Episode:
@@ -94,6 +90,7 @@ def episode_view(row: EpisodeRow) -> Episode:
             for e in result.get("events") or []
         ],  # fmt: skip
         exit_reason=state.get("exit_reason"),
+        exit_detail=state.get("exit_detail"),
         error_code=row.error_code,
         error_message=row.error_message,
         cancel_requested=row.cancel_requested,
@@ -104,17 +101,21 @@ def episode_view(row: EpisodeRow) -> Episode:
 
 
 def request_cancel(db: Any, svc: Services | None, episode_id: str) -> EpisodeRow | None:
+    """Cancel the episode's job (its status is ``cancelled`` at once). A queued one never
+    starts; a running one's worker stops at its next tick (or heartbeat) and releases its
+    sandbox and world itself, so they are not pulled from under the tick it is in; a
+    finished one is left as it is."""
     with db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         if row is None:
             return None
-        if row.status in TERMINAL:
-            return row
-        row.cancel_requested = True
-        if row.status == "queued":
-            row.status = "cancelled"
-        row.updated_at = now_utc()
-    if svc is not None:
+        was = row.status
+    if was not in TERMINAL:
+        try:
+            EpisodeStore(db).cancel(episode_id)
+        except APIError:  # finished meanwhile
+            pass
+    if svc is not None and was != "running":
         release_resources(db, svc, episode_id)
     with db.session() as s:
         row = s.get(EpisodeRow, episode_id)
@@ -122,21 +123,18 @@ def request_cancel(db: Any, svc: Services | None, episode_id: str) -> EpisodeRow
         return row
 
 
-def reap(db: Any, svc: Services | None, enqueue: Callable[[str], None]) -> dict[str, list[str]]:
-    """Re-queue episodes whose worker's lease lapsed; release leftovers of finished ones."""
-    now = now_utc()
+def reap(
+    db: Any, svc: Services | None, enqueue: Callable[[str], None], store: EpisodeStore | None = None
+) -> dict[str, list[str]]:
+    """The shared job model's recovery rule for episodes (a ``running`` one whose heartbeat is
+    older than the lease is re-queued, or failed ``worker_lost`` after
+    ``K3STACK_JOB_MAX_ATTEMPTS`` starts), then the leftovers of finished ones released."""
     requeued, released = [], []
+    store = store or EpisodeStore(db, svc.settings if svc else None)
+    for job in store.expire_lost():
+        log.warning("episode %s lost its worker; re-queued (attempt %d)", job.id, job.attempts)
+        requeued.append(job.id)
     with db.session() as s:
-        rows = s.scalars(select(EpisodeRow).where(EpisodeRow.status == "running")).all()
-        for row in rows:
-            expires = _aware(row.lease_expires_at)
-            if expires is not None and expires < now:
-                if row.cancel_requested:
-                    row.status = "cancelled"
-                else:
-                    row.status, row.worker = "queued", None
-                    requeued.append(row.id)
-                row.updated_at = now
         leftovers = s.scalars(
             select(EpisodeRow.id).where(
                 EpisodeRow.status.in_(TERMINAL), EpisodeRow.resources_released.is_(False)
@@ -145,8 +143,9 @@ def reap(db: Any, svc: Services | None, enqueue: Callable[[str], None]) -> dict[
     for episode_id in requeued:
         try:
             enqueue(episode_id)
-        except Exception:  # noqa: BLE001 - the next reap tries again
+        except Exception as exc:  # noqa: BLE001 - the row says why, never "queued" forever
             log.exception("re-queueing episode %s failed", episode_id)
+            store.mark_enqueue_failed(episode_id, f"could not queue the episode again: {exc}")
     if svc is not None:
         for episode_id in leftovers:
             release_resources(db, svc, episode_id)
