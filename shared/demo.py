@@ -199,6 +199,10 @@ def _oracle_episode(orch: OrchestratorClient, data_dir: Path) -> str:
     )
 
 
+DEMO_TINY_WINDOW = 14848
+"""The tiny model's episode window in the demo: small enough that compaction runs."""
+
+
 def model_episode_body(env: Mapping[str, str]) -> dict[str, object]:
     """The model-driven episode's request: the tiny K3 model of the model service, or the
     endpoint named by ``K3STACK_DEMO_MODEL_URL`` (with ``_KEY`` and ``K3STACK_DEMO_MODEL``)."""
@@ -208,15 +212,19 @@ def model_episode_body(env: Mapping[str, str]) -> dict[str, object]:
         policy |= {"base_url": url, "api_key": env.get("K3STACK_DEMO_MODEL_KEY")}
         if env.get("K3STACK_DEMO_MODEL"):
             policy["model"] = env["K3STACK_DEMO_MODEL"]
-    return {
+    body: dict[str, object] = {
         "task": {"scenario": DEMO_SCENARIO, "seed": 1},
         "harness": "claude-code",
         "policy": policy,
-        "budgets": {
-            "max_steps": 8 if not url else 200,
-            "max_output_tokens": 64 if not url else None,
-        },
+        "budgets": {"max_steps": 200},
     }
+    if not url:
+        # A short episode that still compacts: the scenario's 55 tool schemas and the system
+        # prompt are ~12K tokens of the tiny tokenizer, so a window held at DEMO_TINY_WINDOW
+        # puts claude-code's trigger (83.5% of the window) a few steps ahead.
+        body["budgets"] = {"max_steps": 16, "max_output_tokens": 64}
+        body["context_window"] = DEMO_TINY_WINDOW
+    return body
 
 
 def _model_episode(orch: OrchestratorClient) -> str:

@@ -113,7 +113,8 @@ def test_the_demos_model_episode_runs_to_its_step_budget(orch_db, services, mode
     """`make demo`'s second episode, as the demo builds it (hr_onboarding, claude-code, the
     tiny K3 model of the model service at its default settings): its 55 tool schemas alone are
     ~12K tokens of the tiny tokenizer, so the model's window must hold them; the episode takes
-    its steps and ends on its step budget, not in ``policy_error``."""
+    its steps, compacts (the demo holds the window small) and ends on its step budget or the
+    scenario's end, not in ``policy_error``."""
     from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
     from services.orchestrator.episode.runner import EpisodeRunner
     from services.orchestrator.episode.service import create_episode, episode_view
@@ -130,10 +131,14 @@ def test_the_demos_model_episode_runs_to_its_step_budget(orch_db, services, mode
         errors = [i.body for i in s.query(TrajectoryItemRow).filter_by(episode_id=episode_id)
                   if i.kind == "error"]  # fmt: skip
     assert ep.status == "succeeded", ep.error_message
-    assert ep.exit_reason == "max_steps", (ep.exit_detail, errors)
-    assert ep.step == body.budgets.max_steps
+    # Its step budget, or the scenario's last simulated day, whichever comes first.
+    assert ep.exit_reason in ("max_steps", "scenario_end"), (ep.exit_detail, errors)
+    assert 1 <= ep.step <= body.budgets.max_steps
+    print(f"{ep.step} steps, {ep.compactions} compactions, exit {ep.exit_reason}")
     assert ep.tokens > 0 and ep.events_total and ep.reward is not None
     assert not [e for e in errors if e["where"] == "policy"]
+    # The demo holds the window small so that compaction runs for real within 16 steps.
+    assert body.context_window and ep.compactions >= 1
 
 
 def test_a_context_too_small_for_the_prompt_fails_at_once_naming_the_sizes(
