@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from .norm import RMSNorm, rms_norm
+from .stable import stable_linear
 
 __all__ = ["attn_res_mix", "apply_attn_res", "make_attn_res"]
 
@@ -30,7 +31,7 @@ def attn_res_mix(
     if len(sources) == 1:
         return sources[0]
     v = torch.stack(sources)  # [S, ..., d]
-    logits = rms_norm(v, key_norm, eps).float() @ query.float()  # [S, ...]
+    logits = stable_linear(rms_norm(v, key_norm, eps).float(), query.float()[None])[..., 0]
     a = logits.softmax(0).to(v.dtype)
     return (a.unsqueeze(-1) * v).sum(0)
 

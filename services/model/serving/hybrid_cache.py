@@ -254,8 +254,10 @@ class HybridPrefixCache:
 
     def on_prefill_chunk(self, token_ids: Sequence[int], state: PagedState) -> None:
         """After a forward: register completed hash blocks; checkpoint a hash-aligned end."""
-        tr = self._track(state)
         n, b = state.num_tokens, self.block
+        if state.prefill_end is not None and n > state.prefill_end:
+            return  # generated tokens: decode-kernel state, unlike an uncached prefill of them
+        tr = self._track(state)
         if n // b > tr.registered:
             tr.hashes = chain_hashes(token_ids, b, n // b, tr.hashes)
             for i in range(tr.registered, n // b):
