@@ -32,7 +32,7 @@ from torch import nn
 
 from .config import K3Config
 from .norm import RMSNorm, rms_norm
-from .stable import StableLinear
+from .stable import StableLinear, stable_sigmoid
 
 __all__ = [
     "CHUNK_SIZE",
@@ -56,7 +56,19 @@ def prefill_chunk_size(device: torch.device) -> int:
     Chunks are counted from the start of each forward, so a prefill split only at multiples of
     this computes exactly what one unsplit prefill computes (the prefix cache relies on it).
     """
-    return 64 if kda_kernels(device, "chunk") is not chunk_kda else CHUNK_SIZE
+    return 64 if _fla_kernels(device) is not None else CHUNK_SIZE
+
+
+def _fla_kernels(device: torch.device):
+    """fla's ``(chunk_kda, fused_recurrent_kda)`` on CUDA when ``fla-core`` imports, else None."""
+    if device.type != "cuda":
+        return None
+    try:
+        from fla.ops.kda import chunk_kda as fla_chunk
+        from fla.ops.kda import fused_recurrent_kda as fla_recurrent
+    except Exception:  # fla or triton missing or broken: use the torch code
+        return None
+    return fla_chunk, fla_recurrent
 
 
 def kda_kernels(device: torch.device, mode: str):
@@ -66,14 +78,9 @@ def kda_kernels(device: torch.device, mode: str):
     argument layout; the gate, l2-norm and beta are computed before the call, so none of
     fla's in-kernel options are used); everywhere else this module's torch code.
     """
-    if device.type == "cuda":
-        try:
-            from fla.ops.kda import chunk_kda as fla_chunk
-            from fla.ops.kda import fused_recurrent_kda as fla_recurrent
-        except Exception:  # fla or triton missing or broken: use the torch code
-            pass
-        else:
-            return fla_chunk if mode == "chunk" else fla_recurrent
+    fla = _fla_kernels(device)
+    if fla is not None:
+        return fla[0] if mode == "chunk" else fla[1]
     return chunk_kda if mode == "chunk" else recurrent_kda
 
 
@@ -295,7 +302,7 @@ class KimiDeltaAttention(nn.Module):
             self.f_b_proj(self.f_a_proj(x)).view(b, t, h, hd), self.A_log, self.dt_bias,
             self.lower_bound,
         )  # fmt: skip
-        beta = torch.sigmoid(self.b_proj(x).float())  # [B, T, H]
+        beta = stable_sigmoid(self.b_proj(x).float())  # [B, T, H]
         fn = kda_kernels(x.device, mode)
         o, s = fn(
             q=q, k=k, v=v.float(), g=g, beta=beta, initial_state=recurrent_state,

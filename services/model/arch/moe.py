@@ -27,7 +27,7 @@ from ..kernels.moe import fused_moe_dense, fused_moe_mxfp4
 from .activation import situ_glu, swiglu
 from .config import K3Config
 from .norm import RMSNorm
-from .stable import StableLinear, stable_linear
+from .stable import StableLinear, stable_linear, stable_sigmoid
 
 __all__ = ["GatedMLP", "Router", "RoutedExperts", "StableLatentMoE"]
 
@@ -64,7 +64,7 @@ class Router(nn.Module):
 
     def scores(self, x: torch.Tensor) -> torch.Tensor:
         """``x [N, d]`` -> ``s [N, E]`` fp32 sigmoid scores."""
-        return torch.sigmoid(stable_linear(x.float(), self.weight.float()))
+        return stable_sigmoid(stable_linear(x.float(), self.weight.float()))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns ``(topk_ids [N, k], topk_weights [N, k] fp32, scores [N, E])``."""

@@ -7,7 +7,10 @@ different kernel for a small number of rows (measured with MKL 2024.2: ``linear`
 5-7 or 9-11 rows, and batched ``matmul`` with 1-3 rows, round differently from the same rows
 inside a larger call), so a decode batched alone and one batched with a prefill chunk would
 differ by ~1e-5. Padding those calls up to a multiple of :data:`ROW_QUANTUM` rows keeps every
-row on the large-call kernel; the cost is at most three zero rows per call.
+row on the large-call kernel; the cost is at most three zero rows per call. Likewise the
+vectorised ``sigmoid`` rounds the elements of a tensor's tail (past the last full vector block)
+differently, so tensors whose size varies with the batch (``[tokens, heads]``) go through
+:func:`stable_sigmoid`, padded to whole blocks.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ROW_QUANTUM", "StableLinear", "stable_matmul", "stable_linear"]
+__all__ = ["ROW_QUANTUM", "StableLinear", "stable_linear", "stable_matmul", "stable_sigmoid"]
 
 #: Row counts below ``ROW_QUANTUM * 3`` are padded to a multiple of this.
 ROW_QUANTUM = 4
@@ -44,6 +47,19 @@ def stable_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     padded, m = _pad_rows(a, -2)
     out = padded @ b
     return out if padded is a else out[..., :m, :]
+
+
+#: Elements per vector block the padded elementwise ops round up to (covers AVX-512 x 2).
+_BLOCK = 64
+
+
+def stable_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """``torch.sigmoid`` with every element computed on the vector path (no scalar tail)."""
+    flat = x.reshape(-1)
+    pad = -flat.numel() % _BLOCK
+    if pad:
+        flat = torch.cat((flat, flat.new_zeros(pad)))
+    return torch.sigmoid(flat)[: x.numel()].view(x.shape)
 
 
 class StableLinear(nn.Linear):
