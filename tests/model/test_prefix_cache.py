@@ -275,3 +275,33 @@ def test_a_hit_refreshes_only_what_it_used(model):
     assert cache.lookup(a + [1])[0] == 64  # a's unused deeper state went first
     assert cache.lookup(b + [1])[0] == 96
     cache.check_invariants()
+
+
+def test_prefill_chunks_end_on_the_kda_chunk_grid_with_or_without_a_cache(model):
+    """Decodes leave odd budgets (95 of 96 tokens); prefill still stops on multiples of 32, so
+    a cache-on and a cache-off run split every prompt on the same grid."""
+    for cache in (False, True):
+        eng = make(model, cache=cache, budget=96)
+        eng.submit("short", tokens(10, 30), 30)
+        long = eng.submit("long", tokens(300, 31), 1)
+        ends = []
+        while eng.scheduler.has_work():
+            eng.step()
+            if long.num_computed and (not ends or ends[-1] != long.num_computed):
+                ends.append(long.num_computed)
+        assert ends[-1] == 300 and all(e % 32 == 0 for e in ends[:-1]), ends
+        assert any(b - a < 96 for a, b in zip([0, *ends], ends[:-1], strict=False))
+
+
+def test_hash_blocks_off_the_chunk_grid_are_refused(model):
+    from services.model.arch import kda
+    from shared.settings import KDA_PREFILL_CHUNK, ModelSettings
+
+    assert KDA_PREFILL_CHUNK == kda.CHUNK_SIZE
+    with pytest.raises(ValueError, match="multiple of the KDA prefill chunk"):
+        make(model, hash_block=16)
+    with pytest.raises(ValueError, match="multiple of the KDA prefill chunk"):
+        ModelSettings(hash_block_tokens=48, page_tokens=96)
+    with pytest.raises(ValueError, match="multiple of hash_block_tokens"):
+        ModelSettings(hash_block_tokens=64, page_tokens=96)
+    assert ModelSettings(hash_block_tokens=48, page_tokens=96, prefix_cache=False)

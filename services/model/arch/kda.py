@@ -163,7 +163,6 @@ def _chunk_scores(
     return kk, qk.tril()
 
 
-
 def chunk_kda(
     q: torch.Tensor,
     k: torch.Tensor,

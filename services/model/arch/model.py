@@ -28,8 +28,8 @@ from .kda import KimiDeltaAttention
 from .mla import GatedMLA, mla_attend_paged
 from .moe import GatedMLP, StableLatentMoE
 from .norm import RMSNorm
-from .state import PoolExhausted, RequestState, StatePools
 from .stable import StableLinear
+from .state import PoolExhausted, RequestState, StatePools
 
 __all__ = ["K3DecoderLayer", "K3Model", "K3ForCausalLM", "SequenceMixer"]
 

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..quant.mxfp4 import dequantize_mxfp4
 from ..arch.stable import stable_matmul
+from ..quant.mxfp4 import dequantize_mxfp4
 from .activation import situ_glu
 
 __all__ = ["fused_moe_mxfp4", "fused_moe_dense", "sort_by_expert"]

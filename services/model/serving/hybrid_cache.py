@@ -25,6 +25,12 @@ entries registered during the current scheduling step are not matched until the 
 evicting a checkpoint frees all its group pages at once. Eviction is LRU over entries, touching
 only those a hit used; with ``host_tier_bytes`` an evicted checkpoint is written back to host
 memory together with its MLA pages (same lifetime) and a later hit prefetches it.
+
+Exactness: a hit must compute what an uncached prefill computes, to the bit. So only prompt
+tokens are cached (a generated token's state came from the decode kernels, which round
+differently from the prefill an uncached follow-up would run), hash blocks are a multiple of
+the KDA chunk so prefill resumes on the chunk grid (the scheduler checks), and the model's
+arithmetic is split-invariant (:mod:`services.model.arch.stable`, absolute attention tiles).
 """
 
 from __future__ import annotations
