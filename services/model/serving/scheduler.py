@@ -228,8 +228,9 @@ class Scheduler:
             room = min(budget, class_left[k]) if self.classes else budget
             if room <= 0:
                 continue
-            if room < self.prefill_align <= self._full_room(req) and room < self._full_room(req):
-                break  # a first chunk could not reach the chunk grid: wait for a fuller step
+            full = self._full_room(req)
+            if room < self.prefill_align <= full and room < min(full, len(req.prompt_ids)):
+                continue  # a first chunk could not reach the chunk grid: wait for more room
             if self.runner.num_free_slots <= 0:
                 break
             try:
