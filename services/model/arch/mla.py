@@ -8,10 +8,13 @@ reconstructed from the latent by ``kv_b_proj``. The output gate is full rank:
 
 Two ways to attend from the latent cache, same result:
 
-- :func:`mla_attend_recompute`: up-project every cached latent to per-head k, v (prefill,
-  and the reference);
+- :func:`mla_attend_recompute`: up-project every cached latent to per-head k, v (the
+  stateless reference forward);
 - :func:`mla_attend_absorbed`: fold ``W_uk`` into the query and ``W_uv`` into the output
-  so attention runs in the latent space (decode: no per-token up-projection).
+  so attention runs in the latent space (no per-token up-projection).
+
+The serving path (:func:`mla_attend_paged`) attends in the latent space over pages read in
+place: page by page for a decode, on fixed absolute tiles for a prefill.
 """
 
 from __future__ import annotations

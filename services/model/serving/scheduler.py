@@ -11,10 +11,16 @@ Each step builds one ragged batch under a token budget (``max_num_batched_tokens
    report §5.4.3) each class also has its own prefill-token budget per step, and a request
    whose class has spent it waits without holding back requests of other classes.
 
+Prefill chunks end on the KDA chunk grid (multiples of the runner's ``prefill_align``) unless
+they reach the prompt's end, with or without a cache, so a prompt computes the same numbers
+however it was split or resumed; a chunk that cannot reach the grid this step waits for one that
+can. Only a budget smaller than the grid itself splits off it.
+
 Admission waits rather than fails: a request that finds no free state slot or too few latent
 blocks stays at the head of the queue until a running request finishes. When a running decode
 cannot get a block, the most recently admitted other request is preempted (its state freed; it
-is re-queued at the front and recomputed from its tokens later), as vLLM does; a request alone
+is re-queued at the front and recomputed from its tokens later: the prompt by prefill, its
+generated tokens replayed one per step through the decode kernels), as vLLM does; a request alone
 always fits, because the engine rejects any request longer than the pools at submission.
 """
 
