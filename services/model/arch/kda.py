@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels.stable import StableLinear, stable_sigmoid
 from .config import K3Config
 from .norm import RMSNorm, rms_norm
-from .stable import StableLinear, stable_sigmoid
 
 __all__ = [
     "CHUNK_SIZE",

@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..kernels.stable import StableLinear
 from .config import K3Config
 from .norm import RMSNorm
-from .stable import StableLinear
 
 __all__ = [
     "KEY_TILE",
@@ -83,7 +83,8 @@ def mla_attend_absorbed(
 
 
 #: Prefill attention tiles (tokens). Fixed, and aligned to absolute positions, so a query row
-#: meets the same keys in the same tiles however the prefill was split (see :mod:`.stable`).
+#: meets the same keys in the same tiles however the prefill was split
+#: (:mod:`services.model.kernels.stable` says why that matters).
 QUERY_TILE = 128
 KEY_TILE = 512
 

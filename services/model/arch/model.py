@@ -22,13 +22,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..kernels.stable import StableLinear
 from .attnres import apply_attn_res, make_attn_res
 from .config import K3Config
 from .kda import KimiDeltaAttention
 from .mla import GatedMLA, mla_attend_paged
 from .moe import GatedMLP, StableLatentMoE
 from .norm import RMSNorm
-from .stable import StableLinear
 from .state import PoolExhausted, RequestState, StatePools
 
 __all__ = ["K3DecoderLayer", "K3Model", "K3ForCausalLM", "SequenceMixer"]

@@ -24,10 +24,10 @@ import torch
 from torch import nn
 
 from ..kernels.moe import fused_moe_dense, fused_moe_mxfp4
+from ..kernels.stable import StableLinear, stable_linear, stable_sigmoid
 from .activation import situ_glu, swiglu
 from .config import K3Config
 from .norm import RMSNorm
-from .stable import StableLinear, stable_linear, stable_sigmoid
 
 __all__ = ["GatedMLP", "Router", "RoutedExperts", "StableLatentMoE"]
 

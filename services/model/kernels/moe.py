@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 import torch
 
-from ..arch.stable import stable_matmul
 from ..quant.mxfp4 import dequantize_mxfp4
 from .activation import situ_glu
+from .stable import stable_matmul
 
 __all__ = ["fused_moe_mxfp4", "fused_moe_dense", "sort_by_expert"]
 

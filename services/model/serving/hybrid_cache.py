@@ -30,7 +30,7 @@ Exactness: a hit must compute what an uncached prefill computes, to the bit. So 
 tokens are cached (a generated token's state came from the decode kernels, which round
 differently from the prefill an uncached follow-up would run), hash blocks are a multiple of
 the KDA chunk so prefill resumes on the chunk grid (the scheduler checks), and the model's
-arithmetic is split-invariant (:mod:`services.model.arch.stable`, absolute attention tiles).
+arithmetic is split-invariant (:mod:`services.model.kernels.stable`, absolute attention tiles).
 """
 
 from __future__ import annotations
