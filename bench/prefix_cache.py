@@ -113,6 +113,10 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--min-tokens", type=int, default=0, help="grow the main line to this")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument(
+        "--pool-factor", type=int, default=1,
+        help="pool pages per 2x the trace's tokens (checkpoints take whole pages too)",
+    )  # fmt: skip
     ap.add_argument("--delta-min", type=int, default=40)
     ap.add_argument("--delta-max", type=int, default=120)
     ap.add_argument("--page-tokens", type=int, default=256)
@@ -133,7 +137,8 @@ def main() -> None:
     started = time.monotonic()
     trace = make_trace(args, args.seed)
     args.pool_tokens = (
-        sum(len(d) + 1 + args.answer_tokens for _, d in trace) * 2 + 4 * args.page_tokens
+        sum(len(d) + 1 + args.answer_tokens for _, d in trace) * 2 * args.pool_factor
+        + 4 * args.page_tokens
     )
     model = K3ForCausalLM(K3Config.preset(args.preset)).init_weights(args.seed).eval()
     rows = {p: replay(model, trace, p, args) for p in ("off", "align-to-page", "hybrid")}
@@ -144,7 +149,10 @@ def main() -> None:
         f"{args.page_tokens} tokens, hash blocks {args.hash_block}, budget {args.budget}"
     )
     load = os.getloadavg()[0]
-    print(f"wall {time.monotonic() - started:,.0f} s, {args.threads} thread(s), load {load:.1f}")
+    print(
+        f"wall {time.monotonic() - started:,.0f} s, {args.threads} thread(s), load {load:.1f}, "
+        f"pool {args.pool_tokens:,} tokens"
+    )
     print(
         f"{'policy':<14} {'prefill computed':>17} {'hit rate':>9} {'TTFT vs off':>12} {'ckpt MiB':>9}"
     )
