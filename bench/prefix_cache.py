@@ -8,22 +8,29 @@
 
 Each turn appends a user delta (a turn end closes it) and the model's answer to the
 conversation; every few turns a branch re-asks from an earlier turn. Requests run one at a time
-through :class:`~services.model.serving.offline.OfflineEngine` (scheduler, paged pool, tiny
-K3 with random weights on CPU). Printed per policy: prefill tokens computed, hit rate (tokens
-restored / prompt tokens), time-to-first-token summed over the trace against ``off`` (process
-CPU time, so other work on a shared machine does not swamp it), and the peak checkpoint memory.
-The default is a smoke run; ``--full`` replays >= 40 turns growing past 32K tokens with deltas
-of 200-1,000 tokens (slow on CPU: hours). On the tiny preset a step's fixed cost outweighs its
-tokens, so TTFT follows the number of steps more than the prefill tokens saved.
+through :class:`~services.model.serving.offline.OfflineEngine` (scheduler, paged pool, K3 with
+random weights on CPU). Printed per policy: prefill tokens computed, hit rate (tokens restored /
+prompt tokens), time-to-first-token summed over the trace against ``off`` (process CPU time, so
+other work on a shared machine does not swamp it), and the peak checkpoint memory.
 
-    PYTHONPATH=. python bench/prefix_cache.py [--full]
+The default is a smoke run; ``--full`` replays at least 40 turns, until the conversation passes
+32K tokens, with deltas of 200-1,000 tokens, 16-token answers, 6144-token pages and 512-token
+hash blocks, on the ``tiny-micro`` preset (smaller than ``tiny``: the cache-off baseline
+re-prefills every growing context, about a million tokens with 32K-token attention; ``--preset
+tiny`` runs the same trace about four times slower). Torch runs one thread by default: on a
+shared two-core machine two OpenMP threads spin-waiting on each other cost ten times the CPU.
+
+    PYTHONPATH=. python bench/prefix_cache.py [--full] [--preset tiny]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
+
+import torch
 
 from services.model.arch import K3Config, K3ForCausalLM
 from services.model.serving.hybrid_cache import HybridPrefixCache
@@ -34,18 +41,25 @@ from services.model.serving.runner import K3Runner
 TURN_END = 7
 
 
-def make_trace(turns: int, dmin: int, dmax: int, branch_every: int, seed: int):
-    """[(parent turn or -1, delta tokens)]: a main line plus branches from earlier turns."""
+def make_trace(args, seed: int):
+    """[(parent turn or -1, delta tokens)]: a main line plus branches from earlier turns.
+
+    At least ``args.turns`` requests, and more until the main line reaches ``args.min_tokens``
+    (each main turn adds its delta, its answer and a turn end).
+    """
     rng = random.Random(seed)
     trace = []
-    main = -1
-    for t in range(turns):
-        delta = [rng.randrange(10, 2000) for _ in range(rng.randint(dmin, dmax))] + [TURN_END]
-        if branch_every and t % branch_every == branch_every - 1 and main >= 2:
+    main, length, t = -1, 0, 0
+    while t < args.turns or length < args.min_tokens:
+        n = rng.randint(args.delta_min, args.delta_max)
+        delta = [rng.randrange(10, 2000) for _ in range(n)] + [TURN_END]
+        if args.branch_every and t % args.branch_every == args.branch_every - 1 and main >= 2:
             trace.append((rng.randrange(0, main), delta))  # a retry from an earlier turn
         else:
             trace.append((main, delta))
             main = len(trace) - 1
+            length += len(delta) + args.answer_tokens + 1
+        t += 1
     return trace
 
 
@@ -70,16 +84,16 @@ def replay(model, trace, policy: str, args) -> dict[str, float]:
     for i, (parent, delta) in enumerate(trace):
         prompt = (convo[parent] + [TURN_END] if parent >= 0 else []) + delta
         t0 = time.process_time()
-        eng.submit(str(i), prompt, 1)
+        req = eng.submit(str(i), prompt, args.answer_tokens)
         done: list = []
-        while not done:
-            done = eng.step()
+        while not req.output_ids:  # time to the first token
+            done += eng.step()
         ttft += time.process_time() - t0
-        res = done[0]
-        rest = eng.generate(prompt + res.output_ids, args.answer_tokens - 1, request_id=f"{i}a")
-        convo[i] = prompt + res.output_ids + rest.output_ids
+        done += eng.run()
+        (res,) = done
+        convo[i] = prompt + res.output_ids
         prompt_tokens += len(prompt)
-        computed += res.computed_tokens
+        computed += res.computed_tokens - (len(res.output_ids) - 1)  # decodes are not prefill
         cached += res.cached_tokens
         if cache is not None:
             peak_ckpt = max(peak_ckpt, cache.checkpoint_bytes)
@@ -97,6 +111,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="the >= 40-turn, >= 32K-token trace")
     ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--min-tokens", type=int, default=0, help="grow the main line to this")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument(
+        "--pool-factor", type=int, default=1,
+        help="pool pages per 2x the trace's tokens (checkpoints take whole pages too)",
+    )  # fmt: skip
     ap.add_argument("--delta-min", type=int, default=40)
     ap.add_argument("--delta-max", type=int, default=120)
     ap.add_argument("--page-tokens", type=int, default=256)
@@ -104,23 +124,34 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=512, help="tokens per engine step")
     ap.add_argument("--answer-tokens", type=int, default=2)
     ap.add_argument("--branch-every", type=int, default=3)
-    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--preset", default=None, help="model preset (tiny; --full: tiny-micro)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if args.full:
-        args.turns, args.delta_min, args.delta_max = 56, 200, 1000
+        args.turns, args.min_tokens, args.delta_min, args.delta_max = 40, 32768, 200, 1000
         args.page_tokens, args.hash_block, args.budget = 6144, 512, 2048
         args.answer_tokens, args.branch_every = 16, 8
-    trace = make_trace(args.turns, args.delta_min, args.delta_max, args.branch_every, args.seed)
+        args.preset = args.preset or "tiny-micro"
+    args.preset = args.preset or "tiny"
+    torch.set_num_threads(args.threads)
+    started = time.monotonic()
+    trace = make_trace(args, args.seed)
     args.pool_tokens = (
-        sum(len(d) + 1 + args.answer_tokens for _, d in trace) * 2 + 4 * args.page_tokens
+        sum(len(d) + 1 + args.answer_tokens for _, d in trace) * 2 * args.pool_factor
+        + 4 * args.page_tokens
     )
     model = K3ForCausalLM(K3Config.preset(args.preset)).init_weights(args.seed).eval()
     rows = {p: replay(model, trace, p, args) for p in ("off", "align-to-page", "hybrid")}
     off = rows["off"]["ttft"]
     print(
         f"trace: {len(trace)} requests, conversation up to {rows['off']['final_len']} tokens, "
-        f"pages {args.page_tokens} tokens, hash blocks {args.hash_block}"
+        f"deltas {args.delta_min}-{args.delta_max}, preset {args.preset}, pages "
+        f"{args.page_tokens} tokens, hash blocks {args.hash_block}, budget {args.budget}"
+    )
+    load = os.getloadavg()[0]
+    print(
+        f"wall {time.monotonic() - started:,.0f} s, {args.threads} thread(s), load {load:.1f}, "
+        f"pool {args.pool_tokens:,} tokens"
     )
     print(
         f"{'policy':<14} {'prefill computed':>17} {'hit rate':>9} {'TTFT vs off':>12} {'ckpt MiB':>9}"

@@ -24,6 +24,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 ENV_PREFIX = "K3STACK_"
 NESTED_DELIMITER = "__"
 SERVICE_NAMES = ("model", "sandbox", "tools", "verifier", "orchestrator")
+#: The CPU KDA prefill chunk (``services.model.arch.kda.CHUNK_SIZE``): hash blocks must be a
+#: multiple of it so a cached prefix resumes prefill on the chunk grid of an uncached run.
+KDA_PREFILL_CHUNK = 32
 
 
 class SettingsError(ValueError):
@@ -134,7 +137,10 @@ class ModelSettings(ServiceSettings):
         6144, ge=16, description="Tokens per physical page of the paged pool (MLA latent KV)."
     )
     hash_block_tokens: int = Field(
-        512, ge=1, description="Prefix-hash granularity; page_tokens must be a multiple of it."
+        512,
+        ge=KDA_PREFILL_CHUNK,
+        description="Prefix-hash granularity: a multiple of the KDA prefill chunk (32), and "
+        "page_tokens a multiple of it.",
     )
     host_tier_bytes: int = Field(
         0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
@@ -144,6 +150,24 @@ class ModelSettings(ServiceSettings):
         description="Prompt-length classes with their own prefill budget per step, e.g. "
         "'2048:128,*:256' (empty = first come first served).",
     )
+
+    @model_validator(mode="after")
+    def _check_cache_sizes(self) -> ModelSettings:
+        """Sizes under which a cache hit computes exactly what an uncached prefill does."""
+        if not self.prefix_cache:
+            return self
+        if self.hash_block_tokens % KDA_PREFILL_CHUNK:
+            raise ValueError(
+                f"hash_block_tokens ({self.hash_block_tokens}) must be a multiple of the KDA "
+                f"prefill chunk ({KDA_PREFILL_CHUNK}): a cached prefix must end on the chunk "
+                "grid, or resuming from it would not equal an uncached prefill"
+            )
+        if self.page_tokens % self.hash_block_tokens:
+            raise ValueError(
+                f"page_tokens ({self.page_tokens}) must be a multiple of hash_block_tokens "
+                f"({self.hash_block_tokens})"
+            )
+        return self
 
 
 class SandboxSettings(ServiceSettings):

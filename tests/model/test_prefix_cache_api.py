@@ -13,7 +13,7 @@ def test_a_shared_system_prompt_is_reported_cached_and_counted_on_metrics():
     from services.model.app import create_app
 
     settings = model_settings(
-        page_tokens=64, hash_block_tokens=16, max_num_batched_tokens=64,
+        page_tokens=64, hash_block_tokens=32, max_num_batched_tokens=64,
         admission_classes="4096:48",
     )  # fmt: skip
     system = "You are a careful agent. " * 30

@@ -25,7 +25,7 @@ def test_ring_pins_each_key_to_a_primary_and_a_distinct_backup():
 def test_sessions_stick_to_their_replica_and_fail_over_to_the_backup():
     from services.model.app import create_app
 
-    settings = model_settings(page_tokens=64, hash_block_tokens=16, max_num_batched_tokens=64)
+    settings = model_settings(page_tokens=64, hash_block_tokens=32, max_num_batched_tokens=64)
     a = ServerThread(create_app(settings)).start()
     b = ServerThread(create_app(settings)).start()
     router = ServerThread(create_router_app([a.url, b.url])).start()

@@ -196,7 +196,7 @@ async def test_prefix_cache_seam_is_consulted_and_aligns_chunks(tiny_model, toke
     class Observer:
         """Test double for the seam: caches nothing, records what the scheduler asks."""
 
-        checkpoint_interval = 8
+        checkpoint_interval = 32  # a multiple of the KDA chunk, as the scheduler requires
 
         def __init__(self) -> None:
             self.matched: list[int] = []
@@ -214,16 +214,16 @@ async def test_prefix_cache_seam_is_consulted_and_aligns_chunks(tiny_model, toke
             self.finished.append(len(token_ids))
 
     seam = Observer()
-    engine = make_engine(tiny_model, tokenizer, budget=20, prefix_cache=seam)
+    engine = make_engine(tiny_model, tokenizer, budget=40, prefix_cache=seam)
     try:
-        await generate(engine, list(range(50)), max_tokens=2, temperature=0)
+        await generate(engine, list(range(100)), max_tokens=2, temperature=0)
     finally:
         engine.stop()
-    assert seam.matched == [50]
-    prefill_ends = [e for e in seam.chunk_ends if e <= 50]
-    assert prefill_ends[:-1] and all(e % 8 == 0 for e in prefill_ends[:-1])
-    assert prefill_ends[-1] == 50
-    assert seam.finished == [51]
+    assert seam.matched == [100]
+    prefill_ends = [e for e in seam.chunk_ends if e <= 100]
+    assert prefill_ends[:-1] and all(e % 32 == 0 for e in prefill_ends[:-1])
+    assert prefill_ends[-1] == 100
+    assert seam.finished == [101]
 
 
 def test_stop_strings_hold_back_only_possible_prefixes():

@@ -30,8 +30,11 @@ def attn_res_mix(
     if len(sources) == 1:
         return sources[0]
     v = torch.stack(sources)  # [S, ..., d]
-    logits = rms_norm(v, key_norm, eps).float() @ query.float()  # [S, ...]
-    a = logits.softmax(0).to(v.dtype)
+    # a product and a row sum, not a GEMV: BLAS's GEMV rounds rows differently by row count
+    logits = (rms_norm(v, key_norm, eps).float() * query.float()).sum(-1)  # [S, ...]
+    # softmax along a contiguous last dim: along dim 0 it vectorises across tokens, and a
+    # token in the vector tail would round differently from the same token mid-vector
+    a = logits.movedim(0, -1).contiguous().softmax(-1).movedim(-1, 0).to(v.dtype)
     return (a.unsqueeze(-1) * v).sum(0)
 
 

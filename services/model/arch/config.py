@@ -10,7 +10,10 @@ Presets (:meth:`K3Config.preset`):
 - ``k3``: the real sizes (2.78T total / 104.2B active, computed, never allocated);
 - ``tiny``: the default served model, same structure at CPU size (vocab 2048);
 - ``tiny-moe``: ``tiny`` with 64 routed experts top-8, for MoE benchmarks;
-- ``small``: a larger CPU model (hidden 256, 12 layers, 32 experts).
+- ``small``: a larger CPU model (hidden 256, 12 layers, 32 experts);
+- ``tiny-micro``: smaller than ``tiny`` (hidden 64, 4 layers: 3 KDA + 1 MLA, 2 heads, 8
+  experts), the same hybrid layout; for CPU benches whose cache-off baseline re-prefills
+  32K-token contexts dozens of times (``bench/prefix_cache.py --full``).
 """
 
 from __future__ import annotations
@@ -361,6 +364,29 @@ PRESETS: dict[str, dict[str, Any]] = {
     "k3": _K3,
     "tiny": _tiny(),
     "tiny-moe": _tiny(num_experts=64, num_experts_per_token=8),
+    "tiny-micro": _tiny(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        q_lora_rank=32,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=16,
+        v_head_dim=16,
+        num_experts=8,
+        num_experts_per_token=2,
+        num_shared_experts=1,
+        moe_intermediate_size=32,
+        routed_expert_hidden_size=32,
+        attn_res_block_size=2,
+        linear_attn_config=dict(
+            num_heads=2,
+            head_dim=32,
+            kda_layers=[1, 2, 3],
+            full_attn_layers=[4],
+        ),
+    ),
     "small": _tiny(
         hidden_size=256,
         intermediate_size=512,

@@ -14,8 +14,11 @@ state ``[B, H, K, V]`` fp32):
   ``(I + A) delta = beta (V - (exp(G) * K) S_0)`` with the strictly lower
   ``A_rs = beta_r k_r^T diag(exp(G_r - G_s)) k_s``; then
   ``O = (exp(G) * Q) S_0 + tril(Q diag(exp(G_r - G_s)) K^T) delta`` and
-  ``S_C = exp(G_C) S_0 + (exp(G_C - G) * K)^T delta``. Decay differences are formed
-  pairwise (never ``1 / Gamma``), so any ``g`` is safe in fp32.
+  ``S_C = exp(G_C) S_0 + (exp(G_C - G) * K)^T delta``. Decays ``exp(G_r - G_s)`` are split
+  at the chunk's midpoint (never ``1 / Gamma`` from the chunk start), which keeps each factor
+  in fp32 range under K3's gate bound; a chunk spanning more decay falls back to pairwise
+  differences, so any ``g`` is safe. A chunk's arithmetic does not depend on the other chunks
+  of the call, so prefill split on the chunk grid equals unsplit prefill bit for bit.
 - :func:`recurrent_kda` (decode): the token loop, batched over requests.
 
 The reference token loop is :func:`services.model.arch.naive.naive_recurrent_kda`.
@@ -27,17 +30,45 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels.stable import StableLinear, stable_sigmoid
 from .config import K3Config
 from .norm import RMSNorm, rms_norm
 
 __all__ = [
+    "CHUNK_SIZE",
     "kda_kernels",
+    "prefill_chunk_size",
     "chunk_kda",
     "recurrent_kda",
     "kda_lowerbound_gate",
     "short_conv",
     "KimiDeltaAttention",
 ]
+
+
+#: Tokens per chunk of :func:`chunk_kda`; fla's Triton kernel uses 64.
+CHUNK_SIZE = 32
+
+
+def prefill_chunk_size(device: torch.device) -> int:
+    """The chunk grid of the prefill kernel :func:`kda_kernels` picks on ``device``.
+
+    Chunks are counted from the start of each forward, so a prefill split only at multiples of
+    this computes exactly what one unsplit prefill computes (the prefix cache relies on it).
+    """
+    return 64 if _fla_kernels(device) is not None else CHUNK_SIZE
+
+
+def _fla_kernels(device: torch.device):
+    """fla's ``(chunk_kda, fused_recurrent_kda)`` on CUDA when ``fla-core`` imports, else None."""
+    if device.type != "cuda":
+        return None
+    try:
+        from fla.ops.kda import chunk_kda as fla_chunk
+        from fla.ops.kda import fused_recurrent_kda as fla_recurrent
+    except Exception:  # fla or triton missing or broken: use the torch code
+        return None
+    return fla_chunk, fla_recurrent
 
 
 def kda_kernels(device: torch.device, mode: str):
@@ -47,14 +78,9 @@ def kda_kernels(device: torch.device, mode: str):
     argument layout; the gate, l2-norm and beta are computed before the call, so none of
     fla's in-kernel options are used); everywhere else this module's torch code.
     """
-    if device.type == "cuda":
-        try:
-            from fla.ops.kda import chunk_kda as fla_chunk
-            from fla.ops.kda import fused_recurrent_kda as fla_recurrent
-        except Exception:  # fla or triton missing or broken: use the torch code
-            pass
-        else:
-            return fla_chunk if mode == "chunk" else fla_recurrent
+    fla = _fla_kernels(device)
+    if fla is not None:
+        return fla[0] if mode == "chunk" else fla[1]
     return chunk_kda if mode == "chunk" else recurrent_kda
 
 
@@ -104,6 +130,39 @@ def recurrent_kda(
     return out.to(dtype), (s if output_final_state else None)
 
 
+#: Largest |log decay| a factor of the midpoint factorisation may carry (exp(85) < fp32 max).
+_MAX_HALF_SPAN = 85.0
+
+
+def _chunk_scores(
+    q: torch.Tensor, k: torch.Tensor, gc: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``kk_rs = k_r^T D(r,s) k_s`` and ``qk_rs = q_r^T D(r,s) k_s`` (lower parts valid).
+
+    ``D(r,s) = diag(exp(G_r - G_s))`` factorises through the chunk's midpoint ``m`` as
+    ``exp(G_r - G_m) exp(G_m - G_s)``, so both are two matmuls per chunk instead of a
+    ``[C, C, K]`` pairwise tensor. Each factor stays inside fp32 while ``|G_r - G_m| <= 85``,
+    which K3's gate bound guarantees (``C / 2 * |g_min| = 16 * 5``); chunks whose decay spans
+    more take the pairwise form. The choice is per chunk, so a chunk's numbers never depend on
+    which other chunks share the call. Entries above the diagonal may be inf or nan (callers
+    keep only the lower triangle).
+    """
+    c = gc.shape[-2]
+    rel = gc - gc[..., c // 2 : c // 2 + 1, :]
+    up, down = rel.exp(), (-rel).exp()
+    kt = (k * down).transpose(-1, -2)
+    kk, qk = (k * up) @ kt, (q * up) @ kt
+    wide = rel.abs().amax((-1, -2)) > _MAX_HALF_SPAN  # [B, H, N]
+    if bool(wide.any()):
+        incl = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        gw, kw, qw = gc[wide], k[wide], q[wide]
+        diff = gw.unsqueeze(-2) - gw.unsqueeze(-3)
+        pair = torch.where(incl[..., None], diff, torch.full_like(diff, float("-inf"))).exp()
+        kk[wide] = torch.einsum("...rk,...rsk,...sk->...rs", kw, pair, kw)
+        qk[wide] = torch.einsum("...rk,...rsk,...sk->...rs", qw, pair, kw)
+    return kk, qk.tril()
+
+
 def chunk_kda(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -113,7 +172,7 @@ def chunk_kda(
     scale: float | None = None,
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
-    chunk_size: int = 32,
+    chunk_size: int = CHUNK_SIZE,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Chunk-parallel KDA (prefill path); same arguments and results as :func:`recurrent_kda`.
 
@@ -134,18 +193,12 @@ def chunk_kda(
         x = x.float()
         if pad:
             x = F.pad(x, (0,) * (2 * (x.dim() - 2)) + (0, pad))
-        # [B, T, H, ...] -> [B, H, N, C, ...]
-        return x.reshape(b, n, c, *x.shape[2:]).movedim(3, 1)
+        # [B, T, H, ...] -> [B, H, N, C, ...], contiguous so every op sees one layout
+        return x.reshape(b, n, c, *x.shape[2:]).movedim(3, 1).contiguous()
 
     q, k, v, g, beta = prep(q) * scale, prep(k), prep(v), prep(g), prep(beta)
     gc = g.cumsum(-2)  # [B, H, N, C, K] in-chunk cumulative log decay
-    # Pairwise decays exp(G_r - G_s) for s <= r, zero above the diagonal: [B, H, N, C, C, K].
-    incl = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
-    diff = gc.unsqueeze(-2) - gc.unsqueeze(-3)
-    pair = torch.where(incl[..., None], diff, torch.full_like(diff, float("-inf"))).exp()
-    # A_rs = beta_r k_r^T D(r,s) k_s (strictly lower) and Aqk_rs = q_r^T D(r,s) k_s (incl. diag).
-    kk = torch.einsum("...rk,...rsk,...sk->...rs", k, pair, k)
-    qk = torch.einsum("...rk,...rsk,...sk->...rs", q, pair, k)
+    kk, qk = _chunk_scores(q, k, gc)
     a = (kk * beta[..., None]).tril(-1)
     eye = torch.eye(c, device=q.device)
     # (I + A) [U | W] = beta [V | exp(G) K]: one unit-lower-triangular solve per chunk.
@@ -203,22 +256,22 @@ class KimiDeltaAttention(nn.Module):
         di = h * hd
         self.num_heads, self.head_dim = h, hd
         self.lower_bound = la.gate_lower_bound
-        self.q_proj = nn.Linear(d, di, bias=False)
-        self.k_proj = nn.Linear(d, di, bias=False)
-        self.v_proj = nn.Linear(d, di, bias=False)
+        self.q_proj = StableLinear(d, di, bias=False)
+        self.k_proj = StableLinear(d, di, bias=False)
+        self.v_proj = StableLinear(d, di, bias=False)
         self.q_conv1d = nn.Conv1d(di, di, la.short_conv_kernel_size, groups=di, bias=False)
         self.k_conv1d = nn.Conv1d(di, di, la.short_conv_kernel_size, groups=di, bias=False)
         self.v_conv1d = nn.Conv1d(di, di, la.short_conv_kernel_size, groups=di, bias=False)
-        self.f_a_proj = nn.Linear(d, hd, bias=False)
-        self.f_b_proj = nn.Linear(hd, di, bias=False)
+        self.f_a_proj = StableLinear(d, hd, bias=False)
+        self.f_b_proj = StableLinear(hd, di, bias=False)
         self.A_log = nn.Parameter(torch.zeros(1, 1, h, 1))  # report: A_h initialised at 0
         self.dt_bias = nn.Parameter(torch.zeros(di))
-        self.b_proj = nn.Linear(d, h, bias=False)
+        self.b_proj = StableLinear(d, h, bias=False)
         if not la.use_full_rank_gate:
             raise NotImplementedError("only the K3 full-rank output gate is implemented")
-        self.g_proj = nn.Linear(d, di, bias=False)
+        self.g_proj = StableLinear(d, di, bias=False)
         self.o_norm = RMSNorm(hd, config.rms_norm_eps)
-        self.o_proj = nn.Linear(di, d, bias=False)
+        self.o_proj = StableLinear(di, d, bias=False)
 
     def conv_weight(self) -> torch.Tensor:
         """The q | k | v conv weights stacked ``[3 * H * K, 1, W]`` (one window for all three)."""
@@ -248,7 +301,7 @@ class KimiDeltaAttention(nn.Module):
             self.f_b_proj(self.f_a_proj(x)).view(b, t, h, hd), self.A_log, self.dt_bias,
             self.lower_bound,
         )  # fmt: skip
-        beta = torch.sigmoid(self.b_proj(x).float())  # [B, T, H]
+        beta = stable_sigmoid(self.b_proj(x).float())  # [B, T, H]
         fn = kda_kernels(x.device, mode)
         o, s = fn(
             q=q, k=k, v=v.float(), g=g, beta=beta, initial_state=recurrent_state,

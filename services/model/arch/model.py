@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..kernels.stable import StableLinear
 from .attnres import apply_attn_res, make_attn_res
 from .config import K3Config
 from .kda import KimiDeltaAttention
@@ -124,7 +125,7 @@ class K3ForCausalLM(nn.Module):
             )
         self.config = config
         self.model = K3Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = StableLinear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self._kda_row = {li: j for j, li in enumerate(config.kda_layer_ids)}
@@ -194,8 +195,14 @@ class K3ForCausalLM(nn.Module):
         for n in lens:
             starts.append(starts[-1] + n)
         device = pools.device
-        decode = [r for r, n in enumerate(lens) if n == 1]
-        prefill = [r for r, n in enumerate(lens) if n > 1]
+        # Prompt tokens always take the prefill kernels and generated ones the decode kernels, so
+        # a token's arithmetic does not depend on how the scheduler chunked the prompt.
+        is_decode = [
+            n == 1 and (getattr(s, "prefill_end", None) is None or s.num_tokens >= s.prefill_end)
+            for s, n in zip(states, lens, strict=True)
+        ]
+        decode = [r for r, d in enumerate(is_decode) if d]
+        prefill = [r for r, d in enumerate(is_decode) if not d]
         dec_tok = torch.tensor([starts[r] for r in decode], dtype=torch.long, device=device)
 
         def mixer(i: int, layer: K3DecoderLayer, h: torch.Tensor) -> torch.Tensor:
@@ -224,7 +231,7 @@ class K3ForCausalLM(nn.Module):
                     pools.write_latent(st, j, st.num_tokens, attn.latent(x)[0])
                     pages = pools.latent_pages(st, j, st.num_tokens + lens[r])
                     o = mla_attend_paged(
-                        attn.query(x)[0], pages, kv_b, attn.dims, absorbed=lens[r] == 1
+                        attn.query(x)[0], pages, kv_b, attn.dims, absorbed=is_decode[r]
                     )
                     out[sl] = attn.output(x, o[None])[0]
             return out

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..kernels.moe import fused_moe_dense, fused_moe_mxfp4
+from ..kernels.stable import StableLinear, stable_linear, stable_sigmoid
 from .activation import situ_glu, swiglu
 from .config import K3Config
 from .norm import RMSNorm
@@ -36,9 +37,9 @@ class GatedMLP(nn.Module):
 
     def __init__(self, config: K3Config, hidden: int, intermediate: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_proj = StableLinear(hidden, intermediate, bias=False)
+        self.up_proj = StableLinear(hidden, intermediate, bias=False)
+        self.down_proj = StableLinear(intermediate, hidden, bias=False)
         self.act = config.hidden_act
         self.betas = (config.activation_situ_beta, config.activation_situ_linear_beta)
 
@@ -63,7 +64,7 @@ class Router(nn.Module):
 
     def scores(self, x: torch.Tensor) -> torch.Tensor:
         """``x [N, d]`` -> ``s [N, E]`` fp32 sigmoid scores."""
-        return torch.sigmoid(x.float() @ self.weight.float().t())
+        return stable_sigmoid(stable_linear(x.float(), self.weight.float()))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns ``(topk_ids [N, k], topk_weights [N, k] fp32, scores [N, E])``."""
@@ -141,8 +142,8 @@ class StableLatentMoE(nn.Module):
         self.latent = config.routed_expert_hidden_size is not None
         if self.latent:
             lw = config.routed_width
-            self.routed_expert_down_proj = nn.Linear(d, lw, bias=False)
-            self.routed_expert_up_proj = nn.Linear(lw, d, bias=False)
+            self.routed_expert_down_proj = StableLinear(d, lw, bias=False)
+            self.routed_expert_up_proj = StableLinear(lw, d, bias=False)
             self.routed_expert_norm = (
                 RMSNorm(lw, config.rms_norm_eps) if config.latent_moe_use_norm else None
             )

@@ -41,12 +41,16 @@ class RequestState:
             ``block_table[t // block_size]`` at offset ``t % block_size``.
         num_tokens: tokens already processed (the KDA state and the latent cache cover
             exactly these).
+        prefill_end: the prompt length when the scheduler knows it: tokens before it run the
+            prefill kernels, tokens from it on the decode kernels, whatever the chunk length
+            (None: a one-token chunk is a decode).
     """
 
     slot: int
     block_table: list[int] = field(default_factory=list)
     num_tokens: int = 0
     freed: bool = False
+    prefill_end: int | None = None
 
 
 class StatePools:

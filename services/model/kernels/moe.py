@@ -28,6 +28,7 @@ import torch
 
 from ..quant.mxfp4 import dequantize_mxfp4
 from .activation import situ_glu
+from .stable import stable_matmul
 
 __all__ = ["fused_moe_mxfp4", "fused_moe_dense", "sort_by_expert"]
 
@@ -71,9 +72,9 @@ def _grouped(
     start = 0
     for a, n in enumerate(counts[active].tolist()):
         w13, w2 = w13_all[a], w2_all[a]
-        h = xs[start : start + n] @ w13.t()
+        h = stable_matmul(xs[start : start + n], w13.t())
         gate, up = h.chunk(2, dim=-1)
-        y = situ_glu(gate, up, beta1, beta2) @ w2.t()
+        y = stable_matmul(situ_glu(gate, up, beta1, beta2), w2.t())
         out.index_add_(0, tokens[start : start + n], y * weights[start : start + n, None])
         start += n
     return out

@@ -25,6 +25,12 @@ entries registered during the current scheduling step are not matched until the 
 evicting a checkpoint frees all its group pages at once. Eviction is LRU over entries, touching
 only those a hit used; with ``host_tier_bytes`` an evicted checkpoint is written back to host
 memory together with its MLA pages (same lifetime) and a later hit prefetches it.
+
+Exactness: a hit must compute what an uncached prefill computes, to the bit. So only prompt
+tokens are cached (a generated token's state came from the decode kernels, which round
+differently from the prefill an uncached follow-up would run), hash blocks are a multiple of
+the KDA chunk so prefill resumes on the chunk grid (the scheduler checks), and the model's
+arithmetic is split-invariant (:mod:`services.model.kernels.stable`, absolute attention tiles).
 """
 
 from __future__ import annotations
@@ -254,8 +260,10 @@ class HybridPrefixCache:
 
     def on_prefill_chunk(self, token_ids: Sequence[int], state: PagedState) -> None:
         """After a forward: register completed hash blocks; checkpoint a hash-aligned end."""
-        tr = self._track(state)
         n, b = state.num_tokens, self.block
+        if state.prefill_end is not None and n > state.prefill_end:
+            return  # generated tokens: decode-kernel state, unlike an uncached prefill of them
+        tr = self._track(state)
         if n // b > tr.registered:
             tr.hashes = chain_hashes(token_ids, b, n // b, tr.hashes)
             for i in range(tr.registered, n // b):

@@ -38,6 +38,7 @@ class PagedState:
     block_table: list[int] = field(default_factory=list)
     num_tokens: int = 0
     freed: bool = False
+    prefill_end: int | None = None  # as in RequestState
 
     @property
     def slot(self) -> int:

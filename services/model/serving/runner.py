@@ -107,6 +107,13 @@ class K3Runner:
         return self.pools.num_free_slots
 
     @property
+    def prefill_align(self) -> int:
+        """Prefill chunks end on multiples of this (the KDA chunk grid) unless at the prompt end."""
+        from services.model.arch.kda import prefill_chunk_size
+
+        return prefill_chunk_size(self.pools.device)
+
+    @property
     def cache_usage(self) -> float:
         """Fraction of the latent KV cache blocks (or pool pages) in use (0..1)."""
         if hasattr(self.pools, "usage"):

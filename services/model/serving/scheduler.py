@@ -11,10 +11,16 @@ Each step builds one ragged batch under a token budget (``max_num_batched_tokens
    report §5.4.3) each class also has its own prefill-token budget per step, and a request
    whose class has spent it waits without holding back requests of other classes.
 
+Prefill chunks end on the KDA chunk grid (multiples of the runner's ``prefill_align``) unless
+they reach the prompt's end, with or without a cache, so a prompt computes the same numbers
+however it was split or resumed; a chunk that cannot reach the grid this step waits for one that
+can. Only a budget smaller than the grid itself splits off it.
+
 Admission waits rather than fails: a request that finds no free state slot or too few latent
 blocks stays at the head of the queue until a running request finishes. When a running decode
 cannot get a block, the most recently admitted other request is preempted (its state freed; it
-is re-queued at the front and recomputed from its tokens later), as vLLM does; a request alone
+is re-queued at the front and recomputed from its tokens later: the prompt by prefill, its
+generated tokens replayed one per step through the decode kernels), as vLLM does; a request alone
 always fits, because the engine rejects any request longer than the pools at submission.
 """
 
@@ -96,6 +102,16 @@ class Scheduler:
                 f"max_num_seqs ({max_num_seqs}) so every running request can decode each step"
             )
         self.runner = runner
+        #: Prefill chunks end on multiples of this (the KDA chunk grid), so a prompt prefilled in
+        #: any number of steps, or resumed from a cached prefix, runs the same chunks.
+        self.prefill_align = int(getattr(runner, "prefill_align", 0) or 0)
+        interval = getattr(prefix_cache, "checkpoint_interval", None)
+        if interval and self.prefill_align and interval % self.prefill_align:
+            raise ValueError(
+                f"the prefix cache's hash block ({interval} tokens) must be a multiple of the KDA "
+                f"prefill chunk ({self.prefill_align} tokens), or a cached prefix would resume "
+                "prefill off the chunk grid and differ from an uncached run"
+            )
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.prefix_cache = prefix_cache
@@ -192,7 +208,9 @@ class Scheduler:
             room = min(budget, class_left[self.class_of(req)]) if self.classes else budget
             if room <= 0:
                 continue
-            chunk = self._chunk(req, room)
+            chunk = self._chunk(req, room, self._full_room(req))
+            if not chunk:
+                continue  # too little room left this step to reach the chunk grid
             # Preempting later requests here too means the earliest request always progresses,
             # so prefills can never wait on each other forever.
             taken = self._reserve_preempting(req, len(chunk), scheduled)
@@ -216,20 +234,29 @@ class Scheduler:
             room = min(budget, class_left[k]) if self.classes else budget
             if room <= 0:
                 continue
+            full = self._full_room(req)
+            if room < self.prefill_align <= full and room < min(full, len(req.prompt_ids)):
+                continue  # a first chunk could not reach the chunk grid: wait for more room
             if self.runner.num_free_slots <= 0:
                 break
             try:
                 state = self.runner.allocate()
             except PoolExhausted:
                 break
+            state.prefill_end = len(req.prompt_ids)
             cached = 0
             if self.prefix_cache is not None:
-                cached = self.prefix_cache.match(req.all_ids(), state)
+                # Only prompt tokens: generated ones are replayed through the decode kernels.
+                cached = self.prefix_cache.match(req.prompt_ids, state)
             req.state, req.num_computed = state, cached
-            chunk = self._chunk(req, room)
+            chunk = self._chunk(req, room, self._full_room(req))
             try:
+                if not chunk:
+                    raise PoolExhausted("no room on the chunk grid this step")
                 taken = self.runner.reserve(state, len(chunk))
             except PoolExhausted:
+                if self.prefix_cache is not None:
+                    self.prefix_cache.on_finished([], state)
                 self.runner.free(state)
                 req.state, req.num_computed = None, 0
                 break
@@ -247,16 +274,34 @@ class Scheduler:
             self.class_wait_steps[self.class_of(req)] += 1
         return batch
 
-    def _chunk(self, req: SchedRequest, budget: int) -> list[int]:
+    def _full_room(self, req: SchedRequest) -> int:
+        """The most prefill tokens ``req`` could get in one step."""
+        if self.classes:
+            return min(self.max_num_batched_tokens, self.classes[self.class_of(req)].token_budget)
+        return self.max_num_batched_tokens
+
+    def _chunk(self, req: SchedRequest, budget: int, full: int) -> list[int]:
+        """The next tokens of ``req`` to run in at most ``budget``; empty = wait for more room.
+
+        The prompt is prefilled in chunks ending on the checkpoint interval where the budget
+        allows (the KDA state exists only at chunk ends, so a prompt's last hash-aligned state
+        is kept at one more step), else on the KDA chunk grid; only a budget smaller than the
+        grid (``full``) ends a chunk off it. Generated tokens (after a preemption) are replayed
+        one per step, as they were decoded.
+        """
         start = req.num_computed
-        end = min(req.num_tokens, start + budget)
+        prompt = len(req.prompt_ids)
+        if start >= prompt:
+            return [req.token(start)]
+        end = min(prompt, start + budget)
         interval = getattr(self.prefix_cache, "checkpoint_interval", None)
-        # Chunks end on checkpoint multiples, the prompt's last one too: the KDA state exists
-        # only at chunk ends, so a prompt's last hash-aligned state is kept at one more step.
-        if interval:
-            aligned = (end // interval) * interval
-            if aligned > start:
-                end = aligned
+        if interval and end // interval * interval > start:
+            end = end // interval * interval  # the prompt's last chunk too
+        elif end < prompt:
+            if self.prefill_align and end // self.prefill_align * self.prefill_align > start:
+                end = end // self.prefill_align * self.prefill_align
+            elif budget < full and full >= self.prefill_align > 1:
+                return []
         chunk_stop = getattr(self.prefix_cache, "chunk_stop", None)
         if chunk_stop is not None:
             end = chunk_stop(req.prompt_ids, start, end)
