@@ -9,6 +9,12 @@ bytes 0xFF 0xFE, which valid UTF-8 never contains: free text and JSON can never 
 and only the grammar's own token slots (by id) can emit one. Ordinary tokens holding a 0xFF byte
 (never part of valid UTF-8 either) are masked out, so a marker cannot be spelt byte by byte.
 
+xgrammar accepts a UTF-8-encoded surrogate (0xED then 0xA0-0xBF: not valid UTF-8) as one
+character, while the decoder turns its three bytes into three U+FFFD: a string at its
+``maxLength`` in the grammar came out three characters over. So no token may put 0xA0-0xBF after
+0xED, inside the token (masked always) or across two tokens (masked while the output so far ends
+with a lone 0xED lead byte).
+
 What is enforced:
 
 - ``tool_choice`` ``"required"`` or a named function: the turn is (thinking, then) a ``tools``
@@ -30,6 +36,7 @@ always has room to finish.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -60,10 +67,34 @@ class _Compiler:
     compiler: xgr.GrammarCompiler
     vocab_size: int
     ids: dict[str, int]
-    never: torch.Tensor  # ordinary tokens with a 0xFF byte
+    never: torch.Tensor  # ordinary tokens with a 0xFF byte or an encoded surrogate
+    utf8: _SurrogateGuard
 
 
 _lock = threading.Lock()
+_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+
+
+@dataclass(frozen=True)
+class _SurrogateGuard:
+    """Tokens that end with a lone 0xED lead byte, and tokens that start with 0xA0-0xBF."""
+
+    ends_with_ed: frozenset[int]
+    after_ed: torch.Tensor
+
+
+def byte_masks(plain: list[tuple[int, bytes]]) -> tuple[torch.Tensor, _SurrogateGuard]:
+    """From the ordinary tokens' bytes: the ids never allowed under a grammar (a 0xFF byte, an
+    encoded surrogate inside the token) and the guard against a surrogate across two tokens
+    (0xED is always a lead byte, so a token ending in it waits for its continuation)."""
+    never = [i for i, b in plain if b"\xff" in b or _SURROGATE.search(b)]
+    guard = _SurrogateGuard(
+        ends_with_ed=frozenset(i for i, b in plain if b.endswith(b"\xed")),
+        after_ed=torch.tensor(
+            [i for i, b in plain if b[:1] and 0xA0 <= b[0] <= 0xBF], dtype=torch.long
+        ),
+    )
+    return torch.tensor(never, dtype=torch.long), guard
 
 
 @cache
@@ -74,27 +105,32 @@ def _compiler(tokenizer: Tokenizer) -> _Compiler:
         else tokenizer.token_bytes(i)
         for i in range(tokenizer.vocab_size)
     ]
-    never = [
-        i
-        for i in range(tokenizer.vocab_size)
-        if not tokenizer.is_special(i) and b"\xff" in tokenizer.token_bytes(i)
-    ]
+    plain = [(i, tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size)]
+    never, guard = byte_masks([(i, b) for i, b in plain if not tokenizer.is_special(i)])
     stop = tokenizer.special_id(END_OF_MSG)
     info = xgr.TokenizerInfo(
         vocab, xgr.VocabType.RAW, vocab_size=tokenizer.vocab_size, stop_token_ids=[stop]
     )
     ids = {t: tokenizer.special_id(t) for t in (OPEN, SEP, CLOSE)}
     compiler = xgr.GrammarCompiler(info, max_threads=1)
-    return _Compiler(compiler, tokenizer.vocab_size, ids, torch.tensor(never, dtype=torch.long))
+    return _Compiler(compiler, tokenizer.vocab_size, ids, never, guard)
 
 
 class GrammarProcessor:
     """A :class:`~services.model.serving.sampling.LogitsProcessor` over one xgrammar matcher."""
 
-    def __init__(self, compiled: xgr.CompiledGrammar, vocab_size: int, never: torch.Tensor):
+    def __init__(
+        self,
+        compiled: xgr.CompiledGrammar,
+        vocab_size: int,
+        never: torch.Tensor,
+        utf8: _SurrogateGuard,
+    ):
         self.matcher = xgr.GrammarMatcher(compiled)
         self.vocab_size = vocab_size
         self.never = never
+        self.utf8 = utf8
+        self._after_ed = False  # the output so far ends with a lone 0xED
         self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
 
     def mask(self, logits: torch.Tensor) -> None:
@@ -106,8 +142,12 @@ class GrammarProcessor:
             logits[self.vocab_size :] = float("-inf")
             xgr.apply_token_bitmask_inplace(logits[: self.vocab_size], self.bitmask)
         logits[self.never[self.never < n]] = float("-inf")
+        if self._after_ed:
+            after = self.utf8.after_ed
+            logits[after[after < n]] = float("-inf")
 
     def accept(self, token: int) -> None:
+        self._after_ed = token in self.utf8.ends_with_ed
         if not self.matcher.is_terminated():
             self.matcher.accept_token(token)
 
@@ -119,9 +159,10 @@ class Constraint:
     compiled: xgr.CompiledGrammar
     vocab_size: int
     never: torch.Tensor
+    utf8: _SurrogateGuard
 
     def processor(self) -> GrammarProcessor:
-        return GrammarProcessor(self.compiled, self.vocab_size, self.never)
+        return GrammarProcessor(self.compiled, self.vocab_size, self.never, self.utf8)
 
 
 class _Builder:
@@ -274,4 +315,4 @@ def chat_constraint(
             compiled = compiler.compiler.compile_structural_tag(json.dumps(tag))
     except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError and friends
         raise StructuredOutputError(f"cannot enforce the requested structure: {exc}") from exc
-    return Constraint(compiled, compiler.vocab_size, compiler.never)
+    return Constraint(compiled, compiler.vocab_size, compiler.never, compiler.utf8)
