@@ -705,7 +705,8 @@ class AsyncToolsClient(_ToolsOps, AsyncServiceClient):
     pass
 
 
-class OrchestratorClient(_OrchestratorOps, ServiceClient):
+# Episodes are jobs of the shared job model: ``/jobs`` serves them too (``wait_job``).
+class OrchestratorClient(_OrchestratorOps, ServiceClient, JobsClient):
     pass
 
 

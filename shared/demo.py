@@ -27,6 +27,7 @@ from shared.clients import (
     VerifierClient,
 )
 from shared.contracts.orchestrator import Episode, EpisodeCreate
+from shared.jobs import JobTimeout
 from shared.settings import load_settings
 
 DEMO_SCENARIO = "hr_onboarding"
@@ -163,15 +164,13 @@ def smoke() -> bool:
 
 
 def _wait_episode(orch: OrchestratorClient, episode_id: str, timeout_s: float) -> Episode:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        ep = orch.episode(episode_id)
-        if ep.status in ("succeeded", "failed", "cancelled"):
-            return ep
-        if time.monotonic() > deadline:
-            orch.cancel_episode(episode_id)
-            raise TimeoutError(f"episode {episode_id} still {ep.status} after {timeout_s:.0f}s")
-        time.sleep(0.5)
+    """The finished episode (its job polled with the shared backoff); cancelled on timeout."""
+    try:
+        orch.wait_job(episode_id, timeout_s, max_interval_s=1.0)
+    except JobTimeout:
+        orch.cancel_episode(episode_id)
+        raise
+    return orch.episode(episode_id)
 
 
 def _oracle_episode(orch: OrchestratorClient, data_dir: Path) -> str:
