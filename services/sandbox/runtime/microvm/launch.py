@@ -32,8 +32,9 @@ from pathlib import Path
 
 from services.sandbox.guest.protocol import AgentClient
 from services.sandbox.images.builder import Image, _static_busybox
+from services.sandbox.pagestore import write_sparse_file
 from services.sandbox.runtime.base import GuestAgentError, RuntimeUnavailable, SandboxSpec
-from services.sandbox.runtime.microvm.memory import new_memory_file, shm_dir
+from services.sandbox.runtime.microvm.memory import shm_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
 
 QEMU = "qemu-system-x86_64"
@@ -169,7 +170,7 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
         assert link_base is not None
         link_base(base, mem_path)  # FileNotFoundError: the base is gone
     else:
-        new_memory_file(mem_path, spec.memory_mb << 20)
+        write_sparse_file(mem_path, spec.memory_mb << 20)  # a fresh VM's shared RAM
     sock_dir = short_dir(tag)
     cmd = qemu_cmdline(image, spec, accel, sock_dir, mem_path, incoming, disk,
                        share=base is None, pids_max=pids_max)  # fmt: skip

@@ -41,7 +41,14 @@ from pathlib import Path
 
 import numpy as np
 
-from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore, file_page_hashes, page_hashes
+from services.sandbox.pagestore import (
+    PAGE_SIZE,
+    PageMap,
+    PageStore,
+    file_page_hashes,
+    page_hashes,
+    write_sparse_file,
+)
 
 PM_PRESENT = 1 << 63
 PM_SWAPPED = 1 << 62
@@ -64,12 +71,6 @@ def can_read_children() -> bool:
         return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text()) <= 1
     except (OSError, ValueError):
         return True  # no Yama: classic ptrace rules, same uid
-
-
-def new_memory_file(path: Path, size: int) -> None:
-    """A sparse file of ``size`` bytes (all holes): a fresh VM's shared RAM."""
-    with open(path, "wb") as fh:
-        fh.truncate(size)
 
 
 class SharedMemory:
@@ -238,7 +239,7 @@ class BaseFiles:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = self.root / f".{checkpoint_id}.{uuid.uuid4().hex[:8]}.part"
             try:
-                new_memory_file(tmp, size)
+                write_sparse_file(tmp, size)
                 mem = SharedMemory(tmp)
                 try:
                     assert mem.pages is not None
@@ -308,6 +309,5 @@ __all__ = [
     "can_read_children",
     "PrivateMemory",
     "SharedMemory",
-    "new_memory_file",
     "shm_dir",
 ]
