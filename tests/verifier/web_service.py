@@ -4,20 +4,16 @@ app that is a screenshot of the reference."""
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import uvicorn
 
 from services.verifier.web.browser import run_checks
 from services.verifier.web.spec import load_web_task
 from services.verifier.web.verify import _serve_reference
 from shared.clients import SandboxClient
 from shared.settings import load_settings
-from tests.helpers.servers import free_port
+from tests.helpers.asgi import serve
 
 APPS = Path(__file__).parent / "web_apps"
 
@@ -30,24 +26,8 @@ def sandbox_service(data_dir: Path, runtime: str) -> Iterator[SandboxClient]:
     settings = load_settings(
         data_dir=data_dir, sandbox={"runtime": runtime, "reaper_interval_s": 3600}
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings, background=False), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    try:
-        with SandboxClient(f"http://127.0.0.1:{port}") as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serve(create_app(settings, background=False)) as url, SandboxClient(url) as client:
+        yield client
 
 
 def fake_image_app(dest: Path) -> Path:
