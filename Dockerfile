@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Every k3stack image, one target per service (build context = repository root; /.dockerignore):
 #   docker build --target model -t k3stack/model .          (likewise sandbox, tools, verifier,
 #                                                              orchestrator)
@@ -8,13 +7,22 @@
 # Layers: the dependency wheels of a service's extra are built from pyproject.toml alone, so a
 # code change rebuilds only the small k3stack wheel; torch is the CPU build by default
 # (TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128, or any CUDA index, for GPUs).
+# Wheels in the context's wheelhouse/ folder are preferred to any index (pip --find-links): the
+# way to build where PyPI or the torch index is out of reach (`make e2e` fills it from the local
+# pip cache, torch's CPU wheel included, and builds with TORCH_INDEX_URL empty).
+# No `# syntax=` line: the builder's own Dockerfile frontend (BuildKit in Docker 20.10+) handles
+# every instruction here, and a pinned frontend image would need a registry.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The image every stage starts from: a Debian 12 with Python 3.11 whose `python` and `pip` are on
+# PATH. The public Python image by default; `make e2e` passes one built locally by debootstrap.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 # ---- deps-*: wheels of one extra's dependencies, from pyproject.toml only ----------------------
-FROM ${PYTHON_IMAGE} AS deps
+FROM ${BASE_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# PIP_NO_INDEX=1: wheelhouse/ only, no index at all (an offline build; unset by default).
+ARG PIP_NO_INDEX
 WORKDIR /src
 COPY pyproject.toml ./
 # requirements-<extra>.txt: the core dependencies plus the extra's, read from pyproject.toml.
@@ -26,34 +34,45 @@ FROM deps AS deps-model
 # Where torch comes from: the CPU build by default (the default device is cpu); a CUDA index
 # (e.g. https://download.pytorch.org/whl/cu128) for GPU images; empty = PyPI (CUDA on x86-64).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN pip wheel --wheel-dir /wheels ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
-    -r requirements-model.txt
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    pip wheel --wheel-dir /wheels --find-links /wheelhouse \
+    ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r requirements-model.txt
 
 FROM deps AS deps-sandbox
-RUN pip wheel --wheel-dir /wheels -r requirements-sandbox.txt
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    pip wheel --wheel-dir /wheels --find-links /wheelhouse -r requirements-sandbox.txt
 
 FROM deps AS deps-tools
-RUN pip wheel --wheel-dir /wheels -r requirements-tools.txt
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    pip wheel --wheel-dir /wheels --find-links /wheelhouse -r requirements-tools.txt
 
 FROM deps AS deps-verifier
-RUN pip wheel --wheel-dir /wheels -r requirements-verifier.txt
+# torch for the kernel tasks: the same CPU default as the model image.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    pip wheel --wheel-dir /wheels --find-links /wheelhouse \
+    ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r requirements-verifier.txt
 
 FROM deps AS deps-orchestrator
-RUN pip wheel --wheel-dir /wheels -r requirements-orchestrator.txt
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    pip wheel --wheel-dir /wheels --find-links /wheelhouse -r requirements-orchestrator.txt
 
 # ---- code: the k3stack wheel alone (runtime files included: see pyproject package-data) --------
-FROM ${PYTHON_IMAGE} AS code
+FROM ${BASE_IMAGE} AS code
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+ARG PIP_NO_INDEX
 WORKDIR /src
 # README.md is optional (the glob matches nothing when it is absent).
 COPY pyproject.toml README.m[d] ./
 COPY shared ./shared
 COPY services ./services
-RUN pip wheel --no-deps --wheel-dir /code .
+# The build backend (setuptools, wheel) from wheelhouse/ too when it is there.
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    pip wheel --no-deps --find-links /wheelhouse --wheel-dir /code .
 
 # ---- base: what every service image shares -----------------------------------------------------
-FROM ${PYTHON_IMAGE} AS base
+FROM ${BASE_IMAGE} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -130,10 +149,11 @@ FROM base AS verifier
 ENV K3STACK_IMAGE_SERVICE=verifier \
     K3STACK_VERIFIER__HOST=0.0.0.0 \
     K3STACK_VERIFIER__PORT=8003
-# Debian's Chromium for the web verifier (K3STACK_VERIFIER__CHROMIUM_PATH=/usr/bin/chromium).
+# Debian's Chromium for the web verifier (K3STACK_VERIFIER__CHROMIUM_PATH=/usr/bin/chromium) and
+# bubblewrap, the kernel verifier's sandbox (services/verifier/kernel/runner.py).
 ARG BROWSER_PACKAGES="chromium fonts-liberation"
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ${BROWSER_PACKAGES} \
+    && apt-get install -y --no-install-recommends ${BROWSER_PACKAGES} bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=bind,from=deps-verifier,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels /wheels/*.whl
