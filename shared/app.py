@@ -1,9 +1,11 @@
 """The FastAPI application factory every service is built with.
 
 ``create_app`` gives a service, in one place: ``/health`` (a report), ``/health/live`` (the
-process answers) and ``/health/ready`` (503 while a dependency check fails, so a load balancer
-stops routing to it), ``/metrics`` (Prometheus text),
-request metrics and logging, API-key auth on everything else when enabled, the deployed-mode
+process answers) and ``/health/ready`` (503 while a dependency check fails — the service's own,
+its broker and its object store — so a load balancer stops routing to it), ``/metrics``
+(Prometheus text), request metrics and logging, API-key auth on everything else when enabled
+(``/docs``, ``/redoc``, ``/openapi.json`` and ``/metrics`` included unless
+``K3STACK_PUBLIC_DOCS`` / ``K3STACK_PUBLIC_METRICS`` open them), the deployed-mode
 start-up refusals (:func:`shared.settings.check_deployed`), and the shared
 :class:`shared.errors.Error` body for every failure — request-validation failures included, as
 400 with a message naming the field (the OpenAPI document says so too).
@@ -18,14 +20,17 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.auth import require_api_key
 from shared.errors import APIError, Error
 from shared.observability import PROMETHEUS_CONTENT_TYPE, ServiceMetrics, configure_logging
+from shared.probes import broker_check, object_store_check
 from shared.settings import Settings, check_deployed, get_settings
 
 log = logging.getLogger("k3stack.app")
@@ -93,12 +98,17 @@ def create_app(
             service,
         )
     metrics = ServiceMetrics(service)
+    auth = [Depends(require_api_key(service))]
+    # With auth on, the API's description is keyed like the API (it maps every route an
+    # attacker could try); the routes below replace FastAPI's open ones.
+    keyed_docs = bool(settings.auth_enabled) and not settings.public_docs
     app = FastAPI(
         title=f"k3stack {service}",
         version=version,
         description=description,
         lifespan=lifespan,
         responses={400: {"model": Error, "description": "Bad request"}},
+        **({"docs_url": None, "redoc_url": None, "openapi_url": None} if keyed_docs else {}),
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -130,14 +140,19 @@ def create_app(
         code = _HTTP_CODES.get(exc.status_code, "error")
         return _error_response(exc.status_code, code, str(exc.detail))
 
-    checks = health_checks or {}
+    checks: dict[str, HealthCheck] = {
+        **(health_checks or {}),
+        "broker": broker_check(settings),
+        "object_store": object_store_check(settings),
+    }
 
     async def run_checks() -> Health:
         results: dict[str, Any] = {}
         ok = True
         for name, check in checks.items():
             try:
-                value = check()
+                # Checks block on the network: in a thread, so the event loop keeps serving.
+                value = await run_in_threadpool(check)
                 if hasattr(value, "__await__"):
                     value = await value  # type: ignore[misc]
                 results[name] = value
@@ -162,11 +177,20 @@ def create_app(
         report = await run_checks()
         return JSONResponse(report.model_dump(), status_code=200 if report.status == "ok" else 503)
 
-    @app.get("/metrics", tags=["ops"], operation_id="getMetrics", response_class=Response)
+    metrics_auth = [] if settings.public_metrics else auth
+
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        operation_id="getMetrics",
+        response_class=Response,
+        dependencies=metrics_auth,
+    )
     async def prometheus_metrics() -> Response:
         return Response(metrics.render(), media_type=PROMETHEUS_CONTENT_TYPE)
 
-    auth = [Depends(require_api_key(service))]
+    if keyed_docs:
+        _keyed_docs(app, auth)
     for router in routers:
         app.include_router(router, dependencies=auth)
     for router in public_routers:
@@ -174,6 +198,23 @@ def create_app(
 
     _document_errors_as_400(app)
     return app
+
+
+def _keyed_docs(app: FastAPI, auth: list[Any]) -> None:
+    """FastAPI's /openapi.json, /docs and /redoc behind the service's key (a browser must send
+    it, e.g. through a proxy that adds the header; K3STACK_PUBLIC_DOCS=true opens them)."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi_json() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=auth)
+    async def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=auth)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
 
 
 def _document_errors_as_400(app: FastAPI) -> None:

@@ -134,3 +134,56 @@ def test_readiness_follows_the_database(
             assert client.get("/health/ready").status_code == 200
     finally:
         get_settings.cache_clear()
+
+
+def test_readiness_follows_the_broker_and_the_object_store(
+    clean_k3stack_env: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """A real redis-server as the broker and a moto S3 server as the object store, each killed
+    while the service runs: /health/ready turns 503 naming the one that went, 200 again after."""
+    from tests.helpers.servers import moto_server, redis_server
+
+    with redis_server() as redis, moto_server() as s3:
+        clean_k3stack_env.setenv("K3STACK_DATABASE_URL", f"sqlite:///{tmp_path}/tools.db")
+        clean_k3stack_env.setenv("K3STACK_BROKER_URL", f"{redis.url}/0")
+        clean_k3stack_env.setenv("K3STACK_RESULT_BACKEND", f"{redis.url}/1")
+        clean_k3stack_env.setenv("K3STACK_OBJECT_STORE_URL", s3.url)
+        clean_k3stack_env.setenv("K3STACK_OBJECT_STORE_ACCESS_KEY", "ready-test")
+        clean_k3stack_env.setenv("K3STACK_OBJECT_STORE_SECRET_KEY", "ready-test-secret")
+        get_settings.cache_clear()
+        from services.tools.app import create_app
+        from shared.objectstore import make_object_store
+
+        make_object_store(get_settings())  # creates the bucket, as a deployment's init does
+        try:
+            with TestClient(create_app()) as client:
+                ready = client.get("/health/ready")
+                assert ready.status_code == 200, ready.text
+                checks = ready.json()["checks"]
+                assert checks["broker"] == {"kind": "redis"}
+                assert checks["object_store"]["kind"] == "s3"
+
+                redis.stop()  # redis-server stopped (its process group, SIGTERM)
+                down = client.get("/health/ready")
+                assert down.status_code == 503, down.text
+                assert "broker unreachable" in down.json()["checks"]["broker"]["error"]
+                assert "error" not in down.json()["checks"]["object_store"]
+                assert client.get("/health/live").status_code == 200
+
+                s3.stop()
+                both = client.get("/health/ready").json()["checks"]
+                assert "object store unreachable" in both["object_store"]["error"]
+        finally:
+            get_settings.cache_clear()
+
+
+def test_a_missing_bucket_is_not_ready(clean_k3stack_env: pytest.MonkeyPatch) -> None:
+    from shared.probes import ProbeFailed, object_store_check
+    from shared.settings import load_settings
+    from tests.helpers.servers import moto_server
+
+    with moto_server() as s3:
+        clean_k3stack_env.setenv("K3STACK_OBJECT_STORE_URL", s3.url)
+        clean_k3stack_env.setenv("K3STACK_OBJECT_STORE_BUCKET", "never-made")
+        with pytest.raises(ProbeFailed, match="bucket 'never-made' is missing"):
+            object_store_check(load_settings())()

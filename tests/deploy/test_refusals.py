@@ -48,11 +48,30 @@ def test_a_complete_configuration_starts(deployed: pytest.MonkeyPatch) -> None:
     assert make_celery("tools", load_settings()).conf.broker_url == "redis://:pw@redis:6379/0"
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "secret-" + "9f8e7d6c5b4a39281706f5e4",  # a random key that starts with a word
+        "password" + "Qx7_vR2mZk9LpW4t",
+        "example-3b9014933a2300bab9eeab3f",
+        "f3a91c07d2be6845",  # 16 random hex characters: the shortest key a generator gives
+    ],
+)
+def test_random_keys_are_accepted_whatever_word_they_start_with(
+    deployed: pytest.MonkeyPatch, key: str
+) -> None:
+    deployed.setenv("K3STACK_TOOLS__API_KEY", key)
+    assert create_app("tools", settings=load_settings()).state.settings.tools.api_key == key
+
+
 BAD = [
     ("K3STACK_TOOLS__API_KEY", None, "K3STACK_TOOLS__API_KEY is empty"),
     ("K3STACK_TOOLS__API_KEY", "", "K3STACK_TOOLS__API_KEY is empty"),
     ("K3STACK_TOOLS__API_KEY", "change-me-tools", "K3STACK_TOOLS__API_KEY is a default"),
     ("K3STACK_TOOLS__API_KEY", "short-key", "K3STACK_TOOLS__API_KEY is shorter than 16"),
+    ("K3STACK_TOOLS__API_KEY", "a" * 16, "K3STACK_TOOLS__API_KEY has too little entropy"),
+    ("K3STACK_TOOLS__API_KEY", "abcd" * 8, "K3STACK_TOOLS__API_KEY has too little entropy"),
+    ("K3STACK_TOOLS__API_KEY", "password-password", "K3STACK_TOOLS__API_KEY is a default"),
     # Another service's key this pod carries must be as good as its own.
     ("K3STACK_MODEL__API_KEY", "change-me-model", "K3STACK_MODEL__API_KEY is a default"),
     ("K3STACK_DATABASE_URL", None, "K3STACK_DATABASE_URL is not set"),

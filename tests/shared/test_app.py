@@ -93,9 +93,21 @@ def test_auth_off_in_local_mode_on_when_enabled():
         ).status_code
         == 200
     )
-    # Probes stay open.
+    # Probes stay open; the metrics and the API's description take the key.
     assert c.get("/health").status_code == 200
-    assert c.get("/metrics").status_code == 200
+    assert c.get("/health/ready").status_code == 200
+    for path in ("/metrics", "/openapi.json", "/docs", "/redoc"):
+        assert c.get(path).status_code == 401, path
+        assert c.get(path, headers={"Authorization": "Bearer sekret"}).status_code == 200, path
+    assert "/items" in c.get("/openapi.json", headers={"X-API-Key": "sekret"}).json()["paths"]
+
+
+def test_settings_open_the_docs_and_the_metrics():
+    c = make(auth_enabled=True, tools={"api_key": "sekret"}, public_docs=True)
+    assert c.get("/openapi.json").status_code == 200 and c.get("/docs").status_code == 200
+    assert c.get("/metrics").status_code == 401
+    c = make(auth_enabled=True, tools={"api_key": "sekret"}, public_metrics=True)
+    assert c.get("/metrics").status_code == 200 and c.get("/openapi.json").status_code == 401
 
 
 def test_auth_enabled_without_a_key_says_which_variable():
