@@ -173,8 +173,9 @@ def _peer_matches(rule_peer: dict[str, Any], dst: Peer) -> bool:
     if dst.labels is None:
         return False  # pod/namespace selectors match pods only
     if "namespaceSelector" in rule_peer:
-        ns_ok = rule_peer["namespaceSelector"] == {}  # {} = every namespace (labels unknown)
-        if not ns_ok:
+        # a namespace's labels: the one every namespace carries ({} = every namespace)
+        ns_labels = {"kubernetes.io/metadata.name": dst.namespace}
+        if not _labels_match(rule_peer["namespaceSelector"], ns_labels):
             return False
     elif dst.namespace != NAMESPACE:
         return False
@@ -253,6 +254,10 @@ def test_sandbox_egress_cannot_reach_the_stores_the_cluster_or_the_metadata_addr
         ("127.0.0.1", 6379),
         ("fd00::1", 443),
         ("fe80::1", 80),
+        ("64:ff9b::a9fe:a9fe", 80),  # NAT64 of the metadata address
+        ("64:ff9b::a00:1", 443),  # NAT64 of 10.0.0.1
+        ("64:ff9b:1::a9fe:a9fe", 80),  # local-use NAT64 prefix
+        ("::ffff:169.254.169.254", 80),  # IPv4-mapped
     ):
         assert not egress_allowed(docs, sandbox, Peer(ip), port), ip
     tools = Peer("10.42.1.5", pod_labels(docs, "Deployment", f"{FULLNAME}-tools"), NAMESPACE)
@@ -352,17 +357,42 @@ def test_crd_objects_are_off_by_default_and_well_formed_when_on() -> None:
         d for d in _render_variant("default") if d["kind"] in ("ServiceMonitor", "ScaledObject")
     ]
     docs = _render_variant("observability")
-    monitor = one(docs, "ServiceMonitor", FULLNAME)
-    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
     services = find(docs, "Service")
-    selected = [
-        s for s in services if _labels_match(monitor["spec"]["selector"], s["metadata"]["labels"])
-    ]
-    assert sorted(s["metadata"]["name"] for s in selected) == sorted(
-        f"{FULLNAME}-{svc}" for svc in SERVICE_NAMES
-    )
+    monitors = {m["metadata"]["name"]: m for m in find(docs, "ServiceMonitor")}
+    assert set(monitors) == {f"{FULLNAME}-{svc}" for svc in SERVICE_NAMES}
+    for svc in SERVICE_NAMES:
+        monitor = monitors[f"{FULLNAME}-{svc}"]
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["labels"]["release"] == "prometheus"
+        # deployed mode keys /metrics: each monitor scrapes with its service's own key
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint == {
+            "port": "http",
+            "path": "/metrics",
+            "interval": "30s",
+            "authorization": {
+                "type": "Bearer",
+                "credentials": {
+                    "name": f"{FULLNAME}-{svc}",
+                    "key": f"K3STACK_{svc.upper()}__API_KEY",
+                },
+            },
+        }
+        # the very Secret key the service itself reads its API key from
+        api = one(docs, "Deployment", f"{FULLNAME}-{svc}")
+        refs = [
+            e["valueFrom"]["secretKeyRef"]
+            for c in api["spec"]["template"]["spec"]["containers"]
+            for e in c.get("env", [])
+            if "secretKeyRef" in e.get("valueFrom", {})
+        ]
+        assert endpoint["authorization"]["credentials"] in refs
+        selected = [
+            s
+            for s in services
+            if _labels_match(monitor["spec"]["selector"], s["metadata"]["labels"])
+        ]
+        assert [s["metadata"]["name"] for s in selected] == [f"{FULLNAME}-{svc}"]
     objects = {s["metadata"]["name"]: s for s in find(docs, "ScaledObject")}
     assert set(objects) == {f"{FULLNAME}-{s}-worker" for s in WORKER_SERVICES}
     values = variant_values("observability")["autoscaling"]["keda"]
@@ -380,7 +410,10 @@ def test_crd_objects_are_off_by_default_and_well_formed_when_on() -> None:
         assert [t["metadata"]["listName"] for t in triggers] == queues  # one per Celery queue
         for trigger in triggers:
             assert trigger["type"] == "redis"
-            assert trigger["metadata"]["address"] == f"{FULLNAME}-redis:6379"
+            # the full name: KEDA's operator resolves it from its own namespace
+            assert trigger["metadata"]["address"] == (
+                f"{FULLNAME}-redis.{NAMESPACE}.svc.cluster.local:6379"
+            )
             assert trigger["metadata"]["listLength"] == str(values["listLength"])
             auth = one(docs, "TriggerAuthentication", trigger["authenticationRef"]["name"])
             (ref,) = auth["spec"]["secretTargetRef"]
@@ -401,3 +434,58 @@ def test_keda_with_external_redis_needs_its_own_authentication() -> None:
     assert trigger["metadata"]["address"] == "redis.example.internal:6380"
     assert trigger["metadata"]["enableTLS"] == "true"
     assert trigger["authenticationRef"] == {"name": "redis-auth"}
+
+
+# ---- KEDA, the ingress controller, chart-managed settings ---------------------------------------
+
+
+def test_keda_operator_reaches_the_in_chart_redis_and_only_with_keda_on() -> None:
+    docs = _render_variant("observability")
+    redis = pod_labels(docs, "StatefulSet", f"{FULLNAME}-redis")
+    operator = Peer("10.42.9.9", {"app": "keda-operator"}, "keda")
+    assert ingress_allowed(docs, redis, operator, 6379)
+    assert not ingress_allowed(docs, redis, Peer("10.42.9.9", {"app": "keda-operator"}, "x"), 6379)
+    assert not ingress_allowed(docs, redis, Peer("10.42.9.9", {"app": "other"}, "keda"), 6379)
+    assert not ingress_allowed(docs, pod_labels(docs, "StatefulSet", f"{FULLNAME}-postgresql"),
+                               operator, 5432)  # fmt: skip
+    plain = _render_variant("default")
+    assert not ingress_allowed(plain, redis, operator, 6379)
+
+
+def test_the_ingress_variant_admits_its_controller_only() -> None:
+    docs = _render_variant("ingress")
+    controller = {
+        "app.kubernetes.io/name": "ingress-nginx",
+        "app.kubernetes.io/component": "controller",
+    }
+    for svc, port in (("orchestrator", 8004), ("model", 8000)):
+        api = pod_labels(docs, "Deployment", f"{FULLNAME}-{svc}")
+        assert ingress_allowed(docs, api, Peer("10.42.7.7", controller, "ingress-nginx"), port)
+        assert not ingress_allowed(docs, api, Peer("10.42.7.7", controller, "default"), port)
+    backends = {(p["backend"]["service"]["name"], p["backend"]["service"]["port"]["number"])
+                for rule in one(docs, "Ingress", FULLNAME)["spec"]["rules"]
+                for p in rule["http"]["paths"]}  # fmt: skip
+    assert backends == {(f"{FULLNAME}-orchestrator", 8004), (f"{FULLNAME}-model", 8000)}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"config": {"env": {"K3STACK_MODE": "dev"}}},
+        {"config": {"env": {"k3stack_mode": "local"}}},  # settings are read case-insensitively
+        {"config": {"env": {"K3STACK_DATABASE_URL": "sqlite:///x.db"}}},
+        {"services": {"tools": {"env": {"K3STACK_TOOLS__API_KEY": "x" * 32}}}},
+        {"services": {"sandbox": {"env": {"K3STACK_OBJECT_STORE_URL": "file:///tmp"}}}},
+        {"services": {"model": {"env": {"K3STACK_ORCHESTRATOR__URL": "http://evil:80"}}}},
+    ],
+)
+def test_env_cannot_override_chart_managed_settings(values: dict[str, Any]) -> None:
+    with pytest.raises(HelmError, match="schema"):
+        render(values)
+
+
+def test_env_still_takes_other_settings() -> None:
+    docs = render({"config": {"env": {"K3STACK_LLM_MODEL": "judge"}},
+                   "services": {"sandbox": {"env": {"K3STACK_SANDBOX__RUNTIME": "microvm"}}}})  # fmt: skip
+    assert one(docs, "ConfigMap", f"{FULLNAME}-tools")["data"]["K3STACK_LLM_MODEL"] == "judge"
+    assert one(docs, "ConfigMap", f"{FULLNAME}-tools")["data"]["K3STACK_MODE"] == "deployed"
