@@ -5,6 +5,8 @@
 #   base       the local Debian 12 + Python 3.11 base image (debootstrap | docker import), once
 #   wheelhouse every dependency wheel into wheelhouse/ from pip's cache (torch's CPU wheel too)
 #   build      the store images and the five service images (one Dockerfile; layer cache)
+#   imports    each service image imports every module of its service and of shared/ with only
+#              its own packages (e2e/imports.py, no network)
 #   up         docker compose up -d --wait (every healthcheck green)
 #   test       e2e/test_stack.py against the published ports
 #   down       docker compose down -v, then checks nothing of the project is left
@@ -79,6 +81,32 @@ print(f"K3STACK_OBJECT_STORE_SECRET_KEY={t(24)}")
 EOF
 }
 
+imports() {
+  local s rc=0
+  for s in model sandbox tools verifier orchestrator; do
+    docker run --rm --network none -v "$ROOT/e2e/imports.py:/tmp/imports.py:ro" \
+      --entrypoint python "$IMAGE_PREFIX/$s:$IMAGE_TAG" /tmp/imports.py "$s" || rc=1
+  done
+  # what the verifier's kernel jobs run besides Python: torch (CPU) and bubblewrap
+  docker run --rm --network none --entrypoint sh "$IMAGE_PREFIX/verifier:$IMAGE_TAG" -c \
+    'command -v bwrap && python -c "import torch; print(\"torch\", torch.__version__)"' || rc=1
+  return $rc
+}
+
+build() { # the builder's full output goes to a log; its tail is shown when it fails
+  local log=${TMPDIR:-/tmp}/$PROJECT-build.log
+  "${COMPOSE[@]}" --env-file "$ENV_FILE" --progress=plain build >"$log" 2>&1 \
+    || { tail -60 "$log"; echo "e2e: build failed (whole log: $log)" >&2; return 1; }
+  grep -c " CACHED" "$log" | xargs echo "cached steps:"
+}
+
+up() { # from nothing: a stack left by an earlier KEEP=1 run has other credentials
+  [[ "$(leftovers)" == 0 ]] || down
+  "${COMPOSE[@]}" --env-file "$ENV_FILE" up -d --wait --wait-timeout 600 \
+    || { "${COMPOSE[@]}" --env-file "$ENV_FILE" ps -a; "${COMPOSE[@]}" --env-file "$ENV_FILE" \
+         logs --tail 40; return 1; }
+}
+
 leftovers() {
   local label="label=com.docker.compose.project=$PROJECT"
   { docker ps -aq --filter "$label"; docker network ls -q --filter "$label"
@@ -102,8 +130,9 @@ set -a; . "$ENV_FILE"; set +a  # the credentials the tests use
 phase setup bash scripts/setup_docker.sh
 phase base base_image
 phase wheelhouse wheelhouse
-phase build "${COMPOSE[@]}" --env-file "$ENV_FILE" --progress=plain build
-phase up "${COMPOSE[@]}" --env-file "$ENV_FILE" up -d --wait --wait-timeout 600
+phase build build
+phase imports imports
+phase up up
 export E2E_PROJECT=$PROJECT E2E_COMPOSE="${COMPOSE[*]} --env-file $ENV_FILE"
 phase test "$PY" -m pytest -p no:cacheprovider -q -s -o addopts="" e2e/
 if [[ "${KEEP:-}" != 1 ]]; then phase down down; trap 'rm -f "$ENV_FILE"' EXIT; fi

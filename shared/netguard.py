@@ -5,9 +5,16 @@ naming the release's PostgreSQL, a Service IP or the cloud metadata address woul
 the platform's own network. In deployed mode an allowlist entry is therefore refused unless every
 address its host resolves to is a public (globally routable) one; loopback, private (RFC 1918,
 ULA), link-local (169.254.0.0/16, fe80::/10, the metadata address), shared/CGNAT, multicast and
-reserved addresses are refused, and so are names that do not resolve. Local mode allows anything
-(one developer, their own machine). The Kubernetes NetworkPolicies are the second fence: they
-also cover a name that resolves differently later.
+reserved addresses are refused, and so are names that do not resolve. An IPv6 address that
+carries an IPv4 one is judged by what it carries (IPv4-mapped, IPv4-compatible, 6to4, Teredo), and
+NAT64 prefixes (64:ff9b::/96, 64:ff9b:1::/48) are refused outright: a NAT64 gateway turns
+64:ff9b::a9fe:a9fe into the metadata address. Local mode allows anything (one developer, their
+own machine).
+
+DNS rebinding: a name is resolved once, every address checked, and one of the checked addresses
+is pinned (:func:`pin_allowlist`); the runtime dials that address, never the name again, so a
+resolver that answers differently at connect time gets nowhere. The Kubernetes NetworkPolicies are
+the second fence.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ import socket
 from collections.abc import Callable, Iterable
 
 Resolver = Callable[[str], list[str]]
+
+# Prefixes whose addresses a translator maps to any IPv4 address (RFC 6052, RFC 8215).
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 
 # Names that only mean something inside a cluster or a host, refused before any lookup.
 _INTERNAL_SUFFIXES = (".local", ".internal", ".localhost", ".svc", ".cluster.local", ".lan")
@@ -49,12 +59,67 @@ def refusal(host: str, resolver: Resolver = resolve) -> str | None:
             return f"{host} does not resolve"
         addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in resolved]
     for addr in addresses:
-        if addr.version == 6 and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped
-        if not addr.is_global or addr.is_multicast:
-            kind = "link-local" if addr.is_link_local else "internal"
-            return f"{host} is an {kind} address ({addr})"
+        why = _address_refusal(addr)
+        if why:
+            return f"{host} is {why}"
     return None
+
+
+def _embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries, in any of the standard embeddings."""
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr.teredo is not None:
+        return addr.teredo[1]  # the client's address (the server's is public by definition)
+    if int(addr) >> 32 == 0 and int(addr) > 1:  # IPv4-compatible ::a.b.c.d (deprecated)
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return None
+
+
+def _address_refusal(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    if addr.version == 6:
+        if any(addr in net for net in _NAT64):
+            inner = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+            return f"a NAT64 address ({addr}: a translator sends it to {inner})"
+        inner = _embedded_ipv4(addr)  # type: ignore[arg-type]
+        if inner is not None:
+            why = _address_refusal(inner)
+            return f"{why[:-1]}, carried by {addr})" if why else None
+    if not addr.is_global or addr.is_multicast:
+        kind = "a link-local" if addr.is_link_local else "an internal"
+        return f"{kind} address ({addr})"
+    return None
+
+
+def pin_allowlist(
+    allow: Iterable[str], *, resolver: Resolver = resolve
+) -> tuple[dict[str, str], str | None]:
+    """Resolve each ``host:port`` entry's host once: ``({entry: address to dial}, None)``, or
+    ``({}, why)`` for the first refused entry. Every address a name resolves to is checked and
+    the first is pinned; an address literal is its own pin."""
+    pins: dict[str, str] = {}
+    for entry in allow:
+        host = entry.rsplit(":", 1)[0]
+        bare = host.strip("[]").rstrip(".").lower()
+        try:
+            resolved = [str(ipaddress.ip_address(bare))]
+        except ValueError:
+            resolved = resolver(bare) if "." in bare else []
+        # Judge exactly the addresses that will be dialled, not a second answer.
+        why = refusal(host, lambda _h, r=resolved: r)
+        if why:
+            return {}, _refused(entry, why)
+        pins[entry] = resolved[0].split("%", 1)[0]
+    return pins, None
+
+
+def _refused(entry: str, why: str) -> str:
+    return (
+        f"network.allow entry {entry!r} refused in deployed mode: {why}; sandboxes may "
+        "only reach public addresses"
+    )
 
 
 def check_allowlist(
@@ -63,12 +128,4 @@ def check_allowlist(
     """The first refused ``host:port`` entry of an allowlist with the reason, or None."""
     if not deployed:
         return None
-    for entry in allow:
-        host = entry.rsplit(":", 1)[0]
-        why = refusal(host, resolver)
-        if why:
-            return (
-                f"network.allow entry {entry!r} refused in deployed mode: {why}; sandboxes may "
-                "only reach public addresses"
-            )
-    return None
+    return pin_allowlist(allow, resolver=resolver)[1]

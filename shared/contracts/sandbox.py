@@ -20,7 +20,15 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from shared.errors import Error
 
@@ -84,6 +92,16 @@ class NetworkPolicy(BaseModel):
     allow: list[str] = Field(
         default_factory=list, description="host:port destinations reachable from the guest."
     )
+    # entry -> the address the fence checked (shared.netguard.pin_allowlist), which the runtime
+    # dials instead of looking the name up again. Private: never read from a request body.
+    _pinned: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def pinned(self) -> dict[str, str]:
+        return self._pinned
+
+    def pin(self, addresses: dict[str, str]) -> None:
+        self._pinned = dict(addresses)
 
     @field_validator("allow")
     @classmethod

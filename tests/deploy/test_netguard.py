@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.netguard import check_allowlist, refusal
+from shared.netguard import check_allowlist, pin_allowlist, refusal
 from shared.objectstore import LocalObjectStore
 from shared.settings import get_settings
 from tests.deploy.test_refusals import deployed_env
@@ -38,6 +38,17 @@ def fake_resolver(host: str) -> list[str]:
         "[fe80::1]",
         "[fd00::1]",
         "[::ffff:10.0.0.1]",
+        "[::ffff:169.254.169.254]",  # IPv4-mapped metadata, dotted
+        "[::ffff:a9fe:a9fe]",  # the same, hex
+        "[0:0:0:0:0:ffff:a9fe:a9fe]",  # the same, uncompressed
+        "[64:ff9b::a9fe:a9fe]",  # NAT64 of the metadata address
+        "[64:ff9b::169.254.169.254]",
+        "[64:ff9b::808:808]",  # NAT64 of a public address: still a translator's prefix
+        "[64:ff9b:1::a00:1]",  # local-use NAT64
+        "[2002:a9fe:a9fe::1]",  # 6to4 carrying 169.254.169.254
+        "[2001:0:4136:e378:8000:63bf:f5ff:fffe]",  # Teredo carrying 10.0.0.1
+        "[::a9fe:a9fe]",  # IPv4-compatible
+        "[fe80::1%eth0]",
         "localhost",
         "k3s-k3stack-postgresql",  # a bare Service name
         "k3s-k3stack-redis.agents.svc.cluster.local",
@@ -102,3 +113,68 @@ def test_api_refuses_the_process_runtime_in_deployed_mode(deployed_sandbox: Test
     r = deployed_sandbox.post("/sandboxes", json={"templateID": "busybox", "runtime": "process"})
     assert r.status_code == 409, r.text
     assert "K3STACK_SANDBOX__ALLOW_PROCESS_RUNTIME" in r.json()["message"]
+
+
+@pytest.mark.parametrize("entry", ["[64:ff9b::a9fe:a9fe]:80", "[::ffff:169.254.169.254]:80"])
+def test_ipv6_notations_of_the_metadata_address_are_refused(entry: str) -> None:
+    refused = check_allowlist([entry], deployed=True, resolver=fake_resolver)
+    assert refused and entry in refused and "169.254.169.254" in refused.split(": ", 1)[1]
+
+
+class Rebinding:
+    """A resolver whose answer changes: public on the first lookup, the metadata address after."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, host: str) -> list[str]:
+        self.calls += 1
+        return ["93.184.216.34"] if self.calls == 1 else ["169.254.169.254"]
+
+
+def test_a_name_is_resolved_once_and_the_checked_address_is_dialled() -> None:
+    from services.sandbox.runtime.base import SandboxSpec
+    from services.sandbox.runtime.microvm.launch import _guestfwds
+    from shared.contracts.sandbox import NetworkPolicy
+
+    resolver = Rebinding()
+    entry = "rebind.example.com:80"
+    pins, why = pin_allowlist([entry], resolver=resolver)
+    assert why is None and pins == {entry: "93.184.216.34"}
+    assert resolver.calls == 1  # the check and the pin are the same lookup
+    # A second lookup would now say 169.254.169.254: the guest's connections never make one.
+    assert refusal("rebind.example.com", resolver)
+    network = NetworkPolicy(mode="allowlist", allow=[entry])
+    network.pin(pins)
+    (fwd,) = _guestfwds(SandboxSpec(network=network))
+    assert fwd.endswith(" 93.184.216.34 80") and "rebind.example.com" not in fwd
+
+
+def test_pins_cannot_come_from_a_request_body() -> None:
+    from shared.contracts.sandbox import NewSandbox
+
+    body = {"templateID": "busybox", "network": {"mode": "allowlist", "allow": ["a.example.com:443"],
+            "_pinned": {"a.example.com:443": "10.0.0.1"}, "pinned": {"a.example.com:443": "10.0.0.1"}}}  # fmt: skip
+    assert NewSandbox.model_validate(body).network.pinned == {}
+
+
+def test_the_api_pins_what_it_checked(deployed_sandbox: TestClient, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Through POST /sandboxes: the spec handed to the runtime dials the checked address."""
+    import shared.netguard as netguard
+
+    resolver = Rebinding()
+    monkeypatch.setattr(netguard.pin_allowlist, "__kwdefaults__", {"resolver": resolver})
+    seen = {}
+    microvm = deployed_sandbox.app.state.manager.runtimes["microvm"]
+
+    def create(sandbox_id, spec, workdir):  # type: ignore[no-untyped-def]
+        seen["pinned"] = dict(spec.network.pinned)
+        raise RuntimeError("stop here: only the spec is under test")
+
+    monkeypatch.setattr(microvm, "create", create)
+    deployed_sandbox.post(
+        "/sandboxes",
+        json={"templateID": "busybox", "runtime": "microvm",
+              "network": {"mode": "allowlist", "allow": ["rebind.example.com:80"]}},
+    )  # fmt: skip
+    assert seen["pinned"] == {"rebind.example.com:80": "93.184.216.34"} and resolver.calls == 1

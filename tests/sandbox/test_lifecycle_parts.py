@@ -22,7 +22,7 @@ from services.sandbox.lifecycle.sandboxes import SandboxLifecycle
 from services.sandbox.lifecycle.state import SandboxState
 from services.sandbox.lifecycle.templates import TemplateCatalog
 from services.sandbox.models import SandboxRow
-from shared.contracts.sandbox import ExecBody, NewSandbox
+from shared.contracts.sandbox import ExecBody, NetworkPolicy, NewSandbox
 from shared.db import ServiceDatabase
 from shared.objectstore import LocalObjectStore
 from shared.settings import load_settings
@@ -172,8 +172,8 @@ def test_deployed_mode_fences_the_process_runtime(tmp_path):
     p = Parts(tmp_path, deployed=True)
     try:
         with pytest.raises(Conflict, match="not a security boundary"):
-            p.life._fence("process", [])
-        p.life._fence("microvm", [])  # a VM runtime is fine
+            p.life._fence("process", NetworkPolicy())
+        p.life._fence("microvm", NetworkPolicy())  # a VM runtime is fine
     finally:
         p.close()
 

@@ -21,8 +21,8 @@ from services.sandbox.lifecycle.templates import TemplateCatalog
 from services.sandbox.lifecycle.views import aware, checkpoint_view, detail, summary
 from services.sandbox.models import SandboxRow, TemplateRow
 from services.sandbox.runtime.base import SandboxRuntimeError, SandboxSpec, VMHandle
-from shared.contracts.sandbox import Checkpoint, NewSandbox, Sandbox, SandboxDetail
-from shared.netguard import check_allowlist
+from shared.contracts.sandbox import Checkpoint, NetworkPolicy, NewSandbox, Sandbox, SandboxDetail
+from shared.netguard import pin_allowlist
 
 log = logging.getLogger("k3stack.sandbox")
 
@@ -109,8 +109,9 @@ class SandboxLifecycle:
 
     # ------------------------------------------------------------------ create / kill
 
-    def _fence(self, runtime: str, allow: list[str]) -> None:
-        """Deployed mode: no `process` runtime unless enabled, no internal allowlist destinations."""
+    def _fence(self, runtime: str, network: NetworkPolicy) -> None:
+        """Deployed mode: no `process` runtime unless enabled, no internal allowlist destinations;
+        each destination's checked address is pinned for the runtime to dial (no second lookup)."""
         if not self.deployed:
             return
         if runtime == "process" and not self.st.settings.allow_process_runtime:
@@ -119,9 +120,10 @@ class SandboxLifecycle:
                 "runtime 'process' is not a security boundary and is off in deployed mode "
                 "(K3STACK_SANDBOX__ALLOW_PROCESS_RUNTIME=true enables it)",
             )  # fmt: skip
-        refused = check_allowlist(allow, deployed=True)
+        pins, refused = pin_allowlist(network.allow)
         if refused:
             raise Invalid("invalid_request", refused)
+        network.pin(pins)
 
     def create(self, req: NewSandbox) -> Sandbox:
         st = self.st
@@ -137,7 +139,7 @@ class SandboxLifecycle:
             requested = template.runtime
         with runtime_errors():
             rt = pick_runtime(requested, settings.runtime, st.runtimes)
-        self._fence(rt.name, req.network.allow)
+        self._fence(rt.name, req.network)
         if req.network.mode == "allowlist" and not rt.capabilities.network_allowlist:
             raise Conflict("unsupported",
                 f"runtime {rt.name!r} cannot restrict the network to an allowlist",

@@ -102,7 +102,8 @@ def _guestfwds(spec: SandboxSpec) -> list[str]:
         host = host.strip("[]")
         if any(c in host for c in ", ;|&$`'\"\\"):
             raise ValueError(f"network allow entry {dest!r} has characters not allowed in a host")
-        fwds.append(f",guestfwd=tcp:{guest}-cmd:{connector} {host} {int(port)}")
+        target = spec.network.pinned.get(dest, host)  # the fence's checked address, if pinned
+        fwds.append(f",guestfwd=tcp:{guest}-cmd:{connector} {target} {int(port)}")
     return fwds
 
 
