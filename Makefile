@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help docs stress openapi
+.PHONY: demo test setup system venv lint format bench clean help docs stress openapi e2e
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
@@ -17,6 +17,7 @@ help:
 	@echo "make docs   - regenerate the README configuration table"
 	@echo "make stress - the whole suite with every core kept busy by a CPU burner (flakiness check)"
 	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
+	@echo "make e2e    - the whole platform under docker compose on this host's Docker Engine, tested"
 
 setup: system venv
 
@@ -40,8 +41,14 @@ format: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The suite, then the deployed stack (make e2e); E2E=0 leaves the stack out.
 test: setup lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	@if [ "$${E2E:-1}" != 0 ]; then $(MAKE) --no-print-directory e2e; fi
+
+# Build every image, docker compose up, contract tests through the published ports, down -v.
+e2e: setup
+	@bash scripts/e2e.sh
 
 demo: setup
 	$(VENV)/bin/k3stack demo
