@@ -233,8 +233,21 @@ class SandboxSettings(ServiceSettings):
         description="Exec output kept per stream; past it output is dropped (truncated: true).",
     )  # fmt: skip
     guest_call_limit: int = Field(
-        32, ge=1, le=1024,
+        64, ge=1, le=1024,
         description="Exec and file calls into sandboxes in flight at once; more get 429.",
+    )  # fmt: skip
+    guest_calls_per_sandbox: int = Field(
+        16, ge=1, le=1024,
+        description="Of those, most in flight on one sandbox (so one cannot starve the rest).",
+    )  # fmt: skip
+    guest_calls_per_key: int = Field(
+        32, ge=1, le=1024,
+        description="Of those, most in flight for one API key (deployed mode).",
+    )  # fmt: skip
+    guest_streams_limit: int = Field(
+        256, ge=4, le=65536,
+        description="Streamed execs (SDK commands, background ones too) and downloads open at "
+        "once, a quarter of it per sandbox; they hold no guest-call slot while they run.",
     )  # fmt: skip
     guest_pids_max: int = Field(
         1024, ge=16, le=1 << 22,

@@ -61,7 +61,11 @@ def create_app(
         )
         manager.start(background=background)
         app.state.manager = manager
-        app.state.guest_calls = GuestCalls(settings.sandbox.guest_call_limit)
+        sb = settings.sandbox
+        app.state.guest_calls = GuestCalls(
+            sb.guest_call_limit, sb.guest_calls_per_sandbox, sb.guest_calls_per_key,
+            sb.guest_streams_limit,
+        )  # fmt: skip
         app.state.db = db
         try:
             yield

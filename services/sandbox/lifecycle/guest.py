@@ -75,10 +75,17 @@ class GuestOps:
         except ValueError as exc:
             raise Invalid("invalid_request", str(exc).split("\n", 1)[-1].strip()) from exc
 
+    @staticmethod
+    def _with_env(req: ExecRequest, live: Live) -> ExecRequest:
+        """The sandbox's ``envs`` (from create) under the command's own: done here, so every
+        runtime honours them the same way."""
+        env = {**live.handle.spec.env, **req.env}
+        return req if env == req.env else req.model_copy(update={"env": env})
+
     def exec(self, sandbox_id: str, body: ExecBody) -> ExecOutput:
         req = self.exec_request(body)
         with self._op(sandbox_id) as live:
-            res = live.runtime.exec(live.handle, req)
+            res = live.runtime.exec(live.handle, self._with_env(req, live))
         return ExecOutput(
             exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr,
             timed_out=res.timed_out, truncated=res.truncated, pid=res.pid,
@@ -94,7 +101,7 @@ class GuestOps:
         st = self.st
         req = self.exec_request(body)
         live = st.require_running(sandbox_id)
-        events = live.runtime.exec_stream(live.handle, req)
+        events = live.runtime.exec_stream(live.handle, self._with_env(req, live))
 
         def gen() -> Iterator[ExecStreamEvent]:
             try:
@@ -127,6 +134,24 @@ class GuestOps:
         p = guest_path(path)
         with self._op(sandbox_id) as live:
             return live.runtime.read_file(live.handle, p, self.st.settings.max_upload_bytes)
+
+    def read_file_stream(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        """The file in chunks (constant memory); the first chunk is read now, so a missing
+        file or a directory raises here, before any byte is sent. 413 mid-way past
+        ``max_upload_bytes``."""
+        p = guest_path(path)
+        limit = self.st.settings.max_upload_bytes
+        with self._op(sandbox_id) as live:
+            chunks = live.runtime.read_file_stream(live.handle, p, limit)
+            first = next(chunks, b"")
+
+        def gen() -> Iterator[bytes]:
+            with self._op(sandbox_id):
+                if first:
+                    yield first
+                yield from chunks
+
+        return gen()
 
     def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int) -> EntryInfo:
         p = guest_path(path)

@@ -279,6 +279,9 @@ class SandboxManager:
     def read_file(self, sandbox_id: str, path: str) -> bytes:
         return self.guest.read_file(sandbox_id, path)
 
+    def read_file_stream(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        return self.guest.read_file_stream(sandbox_id, path)
+
     def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int) -> EntryInfo:
         return self.guest.write_file(sandbox_id, path, data, mode)
 

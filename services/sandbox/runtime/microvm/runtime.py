@@ -694,6 +694,9 @@ class MicroVMRuntime(Runtime):
     def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
         return self._live_of(h).agent.read_file(path, limit)
 
+    def read_file_stream(self, h: VMHandle, path: str, limit: int | None = None) -> Iterator[bytes]:
+        return self._live_of(h).agent.read_file_stream(path, limit or (1 << 62))
+
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
         return self._live_of(h).agent.write_file(path, data, mode)
 

@@ -233,6 +233,16 @@ class ExecMixin(Runtime):
         self._check_alive(h)
         if pid <= 1:
             raise GuestFileError(f"refusing to signal guest pid {pid}")
+        with self._lock:  # a streamed exec's pid is its host process group (nsenter's)
+            own = any(p.pid == pid for p in self._execs.get(h.sandbox_id, ()))
+        if own:
+            try:
+                os.killpg(pid, int(signal))
+            except (ProcessLookupError, PermissionError) as exc:
+                raise GuestFileNotFound(
+                    f"no guest process {pid}", errno_mod.ESRCH, str(pid)
+                ) from exc
+            return
         script = f"kill -{int(signal)} -- -{int(pid)} 2>/dev/null; kill -{int(signal)} {int(pid)}"
         res = self.exec(h, ExecRequest(argv=["/bin/sh", "-c", script], cwd="/", timeout_s=10))
         if res.exit_code != 0:
