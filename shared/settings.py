@@ -251,7 +251,8 @@ class SandboxSettings(ServiceSettings):
     )  # fmt: skip
     guest_pids_max: int = Field(
         1024, ge=16, le=1 << 22,
-        description="Processes a microVM guest's commands may have at once (cgroup pids.max).",
+        description="Processes a sandbox's commands may have at once (cgroup pids.max); one "
+        "command gets 64 fewer, so the next command runs whatever one runaway does.",
     )  # fmt: skip
 
 

@@ -156,3 +156,24 @@ def test_concurrent_endless_reads_are_refused_not_buffered(url):  # type: ignore
     assert all(s == 200 and n == big for s, n in bigs), bigs  # streamed, whole
     grown_mb = (_rss_kib() - before) / 1024
     assert grown_mb < 50, f"service RSS grew {grown_mb:.0f} MB over 6 endless + 6 40 MB reads"
+
+
+def test_background_fork_bomb_leaves_room_for_the_next_command(service):  # type: ignore[no-untyped-def]
+    svc = service("process", guest_pids_max=256)
+    c = svc.client
+    rt = svc.manager.runtimes["process"]
+    assert rt._cgroups.root is not None, rt._cgroups.available()
+    r = c.post("/sandboxes", json={"templateID": "busybox", "timeout": 0})
+    sid = r.json()["sandboxID"]
+    current = rt._cgroups.root / sid / "pids.current"
+    r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "sleep 301", "background": True})
+    assert r.status_code == 200, r.text
+    # contained before anything is bombed: the sleep counts against the sandbox's cgroup
+    assert int(current.read_text()) >= 1
+    bomb = "b() { b | b & }; b"
+    assert c.post(f"/sandboxes/{sid}/exec", json={"cmd": bomb, "background": True}).status_code == 200
+    eventually(lambda: int(current.read_text()), lambda n: n >= 150, what="the bomb at its bound")
+    r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "echo next command runs", "timeout_s": 60})
+    assert r.status_code == 200 and r.json()["stdout"] == "next command runs\n", r.text
+    assert c.delete(f"/sandboxes/{sid}").status_code == 204
+    assert not (rt._cgroups.root / sid).exists()  # the sandbox's cgroups went with it

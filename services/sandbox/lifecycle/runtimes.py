@@ -26,7 +26,7 @@ def make_runtimes(settings: Settings) -> dict[str, Runtime]:
     runtimes: dict[str, Runtime] = {}
     from services.sandbox.runtime.process import ProcessRuntime
 
-    runtimes["process"] = ProcessRuntime(root / "process")
+    runtimes["process"] = ProcessRuntime(root / "process", pids_max=settings.sandbox.guest_pids_max)
     from services.sandbox.runtime.firecracker import FirecrackerRuntime
 
     runtimes["firecracker"] = FirecrackerRuntime(root / "firecracker")
