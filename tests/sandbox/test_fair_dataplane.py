@@ -171,7 +171,9 @@ def test_background_fork_bomb_leaves_room_for_the_next_command(service):  # type
     # contained before anything is bombed: the sleep counts against the sandbox's cgroup
     assert int(current.read_text()) >= 1
     bomb = "b() { b | b & }; b"
-    assert c.post(f"/sandboxes/{sid}/exec", json={"cmd": bomb, "background": True}).status_code == 200
+    assert (
+        c.post(f"/sandboxes/{sid}/exec", json={"cmd": bomb, "background": True}).status_code == 200
+    )
     eventually(lambda: int(current.read_text()), lambda n: n >= 150, what="the bomb at its bound")
     r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "echo next command runs", "timeout_s": 60})
     assert r.status_code == 200 and r.json()["stdout"] == "next command runs\n", r.text
