@@ -249,6 +249,13 @@ class SandboxSettings(ServiceSettings):
         description="Streamed execs (SDK commands, background ones too) and downloads open at "
         "once, a quarter of it per sandbox; they hold no guest-call slot while they run.",
     )  # fmt: skip
+    host_domain: str = Field(
+        "sandbox.localhost",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9.-]+$",
+        description="Domain of E2B's get_host(port): requests for <port>-<sandbox id>.<this> "
+        "are forwarded to that guest port.",
+    )
     guest_pids_max: int = Field(
         1024, ge=16, le=1 << 22,
         description="Processes a sandbox's commands may have at once (cgroup pids.max); one "

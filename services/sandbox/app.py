@@ -19,6 +19,7 @@ from services.sandbox.api.envd import EnvdDispatch
 from services.sandbox.api.envd import router as envd_router
 from services.sandbox.api.errors import handle_sandbox_error
 from services.sandbox.api.guestcalls import GuestCalls
+from services.sandbox.api.hostforward import HostForward
 from services.sandbox.api.routes import router
 from services.sandbox.lifecycle.errors import SandboxError
 from services.sandbox.lifecycle.manager import SandboxManager
@@ -85,5 +86,6 @@ def create_app(
         "E2B's envd data plane (Connect RPC process/filesystem, /files) is served too.",
     )
     app.add_middleware(EnvdDispatch, state=app.state)
+    app.add_middleware(HostForward, state=app.state)  # outermost: <port>-<id>.<domain> hosts
     app.add_exception_handler(SandboxError, handle_sandbox_error)
     return app

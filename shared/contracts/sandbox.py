@@ -41,6 +41,7 @@ __all__ = [
     "NewSandbox",
     "NewTemplate",
     "PortForward",
+    "SandboxMetric",
     "RestoreRequest",
     "ResumedSandbox",
     "RuntimeInfo",
@@ -355,6 +356,22 @@ class EntryInfo(BaseModel):
     size: int
     mode: int = Field(description="Permission bits, e.g. 420 (0o644).")
     modified_time: datetime
+
+
+class SandboxMetric(BaseModel):
+    """E2B's ``SandboxMetric``: one sample of the sandbox's CPU, memory and root disk, read in
+    the guest (``/proc/stat``, ``/proc/meminfo``, ``df /``). On the ``process`` runtime the
+    guest's ``/proc`` is the host's, so CPU and memory are the host's figures."""
+
+    timestamp: datetime
+    timestampUnix: int
+    cpuCount: int
+    cpuUsedPct: float
+    memUsed: int
+    memTotal: int
+    memCache: int
+    diskUsed: int
+    diskTotal: int
 
 
 class PortForward(BaseModel):

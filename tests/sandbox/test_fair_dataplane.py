@@ -179,3 +179,32 @@ def test_background_fork_bomb_leaves_room_for_the_next_command(service):  # type
     assert r.status_code == 200 and r.json()["stdout"] == "next command runs\n", r.text
     assert c.delete(f"/sandboxes/{sid}").status_code == 204
     assert not (rt._cgroups.root / sid).exists()  # the sandbox's cgroups went with it
+
+
+def test_e2b_envs_metrics_and_get_host(url):  # type: ignore[no-untyped-def]
+    """The stock SDK's ``envs`` on create, ``get_metrics()`` and ``get_host(port)``: a request
+    whose Host is that name reaches the guest's web server through the service."""
+    from e2b import Sandbox
+
+    opts = {"api_key": "e2b_unused", "api_url": url, "sandbox_url": url}
+    sbx = Sandbox.create(template="busybox", timeout=600, envs={"GREETING": "from envs"}, **opts)
+    try:
+        assert sbx.commands.run("echo $GREETING").stdout == "from envs\n"
+        (metric,) = sbx.get_metrics()
+        assert metric.cpu_count >= 1 and 0 <= metric.cpu_used_pct <= 100
+        assert 0 < metric.mem_used < metric.mem_total and 0 < metric.disk_used <= metric.disk_total
+
+        sbx.commands.run("mkdir -p www && echo guest-page > www/index.html")
+        sbx.commands.run("busybox httpd -f -p 8000 -h /home/user/www", background=True)
+        host = sbx.get_host(8000)
+        assert host == f"8000-{sbx.sandbox_id}.sandbox.localhost"
+
+        def get() -> str:
+            r = httpx.get(f"{url}/index.html", headers={"Host": host}, timeout=10)
+            return r.text if r.status_code == 200 else ""
+
+        assert eventually(get, what="the guest page through the service") == "guest-page\n"
+        r = httpx.get(f"{url}/x", headers={"Host": "8000-nosuchsandbox.sandbox.localhost"})
+        assert r.status_code == 404, r.text
+    finally:
+        Sandbox.kill(sbx.sandbox_id, **opts)

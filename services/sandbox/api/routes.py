@@ -40,6 +40,7 @@ from services.sandbox.api.schemas import (
     SandboxDetail,
     SandboxForkRequest,
     SandboxForkResult,
+    SandboxMetric,
     SandboxRefreshRequest,
     SandboxTimeoutRequest,
     SignalRequest,
@@ -74,7 +75,9 @@ def get_guest_calls(request: Request) -> GuestCalls:
 
 def _tokened(request: Request, sandbox: Sandbox) -> Sandbox:
     """The sandbox with its envd access token (set when auth is on)."""
-    sandbox.envdAccessToken = access_token(request.app.state.settings, sandbox.sandboxID)
+    settings = request.app.state.settings
+    sandbox.envdAccessToken = access_token(settings, sandbox.sandboxID)
+    sandbox.domain = settings.sandbox.host_domain  # get_host(port): <port>-<id>.<domain>
     return sandbox
 
 
@@ -374,6 +377,19 @@ async def signal_process(
     call, it never waits for a guest-call slot."""
     await calls.control(m.kill_process, sandboxID, pid, (body or SignalRequest()).signal)
     return Response(status_code=204)
+
+
+@router.get("/sandboxes/{sandboxID}/metrics", response_model=list[SandboxMetric],
+            operation_id="getSandboxMetrics", tags=["sandboxes"], responses=ERRORS_FILES)  # fmt: skip
+async def get_sandbox_metrics(
+    sandboxID: str,
+    m: Manager,
+    calls: Calls,
+    request: Request,  # noqa: N803
+) -> list[SandboxMetric]:
+    """E2B's ``get_metrics``: one sample now of the sandbox's CPU, memory and root disk, read
+    in the guest. 409 unless running."""
+    return [await calls.run(sandboxID, m.metrics, sandboxID, key=caller_key(request))]
 
 
 @router.get("/sandboxes/{sandboxID}/ports/{port}", response_model=PortForward,

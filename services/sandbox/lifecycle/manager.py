@@ -59,6 +59,7 @@ from shared.contracts.sandbox import (
     RuntimeInfo,
     Sandbox,
     SandboxDetail,
+    SandboxMetric,
     Template,
 )
 from shared.db import ServiceDatabase
@@ -269,6 +270,9 @@ class SandboxManager:
 
     def exec_stream(self, sandbox_id: str, body: ExecBody) -> Iterator[ExecStreamEvent]:
         return self.guest.exec_stream(sandbox_id, body)
+
+    def metrics(self, sandbox_id: str) -> SandboxMetric:
+        return self.guest.metrics(sandbox_id)
 
     def expose_port(self, sandbox_id: str, port: int) -> PortForward:
         return self.guest.expose_port(sandbox_id, port)
