@@ -442,6 +442,48 @@ def dataplane_part(n: int, work: Path) -> None:
             c.delete(f"/sandboxes/{b}")
 
 
+def docker_part(n: int, work: Path) -> None:
+    """The docker runtime beside microvm: create, exec round trip, pause/resume (commit +
+    new container), commit checkpoint, fork x3 (files only: ``memory_checkpoint`` is false)."""
+    from services.sandbox.runtime.base import ExecRequest, SandboxSpec
+    from services.sandbox.runtime.docker import CHECKPOINT_REPO, DockerRuntime
+
+    rt = DockerRuntime(work / "docker")
+    ok, why = rt.available()
+    if not ok:
+        raise RuntimeError(why)
+    rt.image_for("busybox")  # imported once, not timed
+    made: list[str] = []
+    try:
+        for i in range(n):
+            t = time.perf_counter()
+            h = rt.create(f"bench{i}", SandboxSpec(), work / f"d{i}")
+            rec("docker create (container from the imported template)", since(t))
+            t = time.perf_counter()
+            assert rt.exec(h, ExecRequest(argv=["true"])).exit_code == 0
+            rec("docker exec round trip (true)", since(t))
+            rt.write_file(h, STATE, b"docker\n")
+            t = time.perf_counter()
+            ck = rt.checkpoint(h, None, None)
+            made.append(ck.id)
+            rec("docker checkpoint (docker commit)", since(t), "filesystem only")
+            t = time.perf_counter()
+            rt.stop(h)
+            h = rt.restore(f"bench{i}", [ck], None, work / f"d{i}")
+            assert rt.read_file(h, STATE) == b"docker\n"
+            rec("docker pause + resume (commit image -> new container, to first read)", since(t))
+            t = time.perf_counter()
+            kids = [rt.restore(f"bench{i}k{k}", [ck], None, work / f"d{i}k{k}") for k in range(3)]
+            assert all(rt.read_file(k, STATE) == b"docker\n" for k in kids)
+            rec("docker fork x3 (3 containers from the commit, to first read)", since(t))
+            for k in [*kids, h]:
+                rt.destroy(k)
+    finally:
+        for ck_id in made:
+            subprocess.run(["docker", "rmi", "-f", f"{CHECKPOINT_REPO}:{ck_id}"],
+                           capture_output=True)  # fmt: skip
+
+
 failed: dict[str, str] = {}
 
 
@@ -471,6 +513,7 @@ def main() -> None:
         guarded("microvm runtime", runtime_part, args.runs, args.memory_mb, work)
         guarded("microvm API", api_part, args.runs, args.memory_mb, work)
         guarded("fair data plane", dataplane_part, min(args.runs, 3), work)
+        guarded("docker runtime", docker_part, args.runs, work)
     finally:
         BenchRuntime.end_all()
         shutil.rmtree(work, ignore_errors=True)
