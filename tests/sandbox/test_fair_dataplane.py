@@ -208,3 +208,46 @@ def test_e2b_envs_metrics_and_get_host(url):  # type: ignore[no-untyped-def]
         assert r.status_code == 404, r.text
     finally:
         Sandbox.kill(sbx.sandbox_id, **opts)
+
+
+def test_stop_with_open_streams_ends_in_bound_and_pauses(tmp_path):  # type: ignore[no-untyped-def]
+    """SIGTERM (what ``k3stack down`` sends) while a client holds a streamed ``sleep``: the
+    service cancels the stream after its grace, kills the command and pauses the sandbox, so
+    nothing is left running and the row is not ``running``."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers.servers import free_port, spawn
+
+    data, port = tmp_path / "data", free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "K3STACK_DATA_DIR": str(data), "K3STACK_SANDBOX__PORT": str(port),
+           "K3STACK_SANDBOX__RUNTIME": "process", "K3STACK_SANDBOX__DEFAULT_TIMEOUT_S": "0"}  # fmt: skip
+    service = [sys.executable, "-m", "services.sandbox"]
+    c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=GENEROUS_S)
+    with spawn(service, env=env, port=port, timeout=180) as srv:
+        sid = create(c)
+
+        def hold() -> None:
+            try:
+                with httpx.stream("POST", f"http://127.0.0.1:{port}/sandboxes/{sid}/exec/stream",
+                                  json={"cmd": "sleep 996", "timeout_s": 0}, timeout=300) as r:  # fmt: skip
+                    for _ in r.iter_lines():
+                        pass
+            except httpx.HTTPError:
+                pass
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        eventually(lambda: sleepers(c, sid), lambda n: n == 1, what="the streamed sleep running")
+        os.kill(srv.proc.pid, signal.SIGTERM)
+        try:  # k3stack down's grace is 10 s; a hung stop would pass GENEROUS_S
+            srv.proc.wait(timeout=GENEROUS_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the service did not stop with a stream open")
+        holder.join(GENEROUS_S)
+    with spawn(service, env=env, port=port, timeout=180):
+        assert c.get(f"/sandboxes/{sid}").json()["state"] == "paused"
+        c.delete(f"/sandboxes/{sid}")
