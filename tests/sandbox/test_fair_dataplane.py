@@ -251,3 +251,24 @@ def test_stop_with_open_streams_ends_in_bound_and_pauses(tmp_path):  # type: ign
     with spawn(service, env=env, port=port, timeout=180):
         assert c.get(f"/sandboxes/{sid}").json()["state"] == "paused"
         c.delete(f"/sandboxes/{sid}")
+
+
+def test_slots_bound_each_sandbox_each_key_and_all():  # type: ignore[no-untyped-def]
+    from services.sandbox.api.guestcalls import GuestCalls
+    from shared.errors import APIError
+
+    calls = GuestCalls(4, per_sandbox=2, per_key=3)
+
+    def refused(sid: str, key: str | None) -> str:
+        with pytest.raises(APIError) as exc, calls.slot(sid, key):
+            pass
+        assert exc.value.status == 429
+        return exc.value.message
+
+    with calls.slot("a", "k1"), calls.slot("a", "k1"):
+        assert "GUEST_CALLS_PER_SANDBOX" in refused("a", "k2")
+        with calls.slot("b", "k1"):
+            assert "GUEST_CALLS_PER_KEY" in refused("c", "k1")  # deployed: one key's share
+            with calls.slot("c", "k2"):
+                assert "GUEST_CALL_LIMIT" in refused("d", None)
+    assert not calls.in_flight  # every slot given back, refusals included
