@@ -112,6 +112,11 @@ def test_docker_sandbox_end_to_end(dock):  # type: ignore[no-untyped-def]
     dock.checkpoint_ids += [x["id"] for x in c.get(f"/sandboxes/{sid}/checkpoints").json()]
     for kid in [*kids, sid]:
         assert c.delete(f"/sandboxes/{kid}").status_code == 204
+    images = ["docker", "images", "-q", f"k3stack-sandbox/checkpoint:{ck}"]
+    assert subprocess.run(images, capture_output=True, text=True).stdout.strip()
+    r = c.post("/gc", params={"grace_s": 0})  # only killed sandboxes had them: all collected
+    assert r.status_code == 200 and r.json()["local_files_deleted"] >= 1, r.text
+    assert not subprocess.run(images, capture_output=True, text=True).stdout.strip()
     left = subprocess.run(["docker", "ps", "-q", "--filter", f"label=k3stack.sandbox={sid}"],
                           capture_output=True, text=True).stdout  # fmt: skip
     assert left.strip() == ""

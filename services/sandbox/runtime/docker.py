@@ -23,6 +23,7 @@ and are re-attached by ``adopt``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shutil
@@ -34,6 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,8 @@ class DockerRuntime(Runtime):
         self._lock = threading.Lock()
         self._images: dict[str, str] = {}
         self._execs: dict[str, set[int]] = {}
+        self.instance = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
+        """Labels this instance's checkpoint images: its GC removes only its own."""
 
     # ------------------------------------------------------------------ engine and images
 
@@ -196,7 +200,8 @@ class DockerRuntime(Runtime):
         started = time.perf_counter()
         ck = f"ck{uuid.uuid4().hex[:16]}"
         try:
-            img = c.commit(repository=CHECKPOINT_REPO, tag=ck, pause=True)
+            img = c.commit(repository=CHECKPOINT_REPO, tag=ck, pause=True,
+                           conf={"Labels": {"k3stack.instance": self.instance}})  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the engine's error, named
             raise CheckpointError(f"docker commit of {h.sandbox_id} failed: {exc}") from exc
         total = (time.perf_counter() - started) * 1000
@@ -238,6 +243,42 @@ class DockerRuntime(Runtime):
             return self.client.containers.get(h.data["container"]).status == "running"
         except Exception:  # noqa: BLE001 - gone or no engine
             return False
+
+    # ------------------------------------------------------------------ garbage collection
+
+    def referenced_keys(self, m: CheckpointManifest, store: Any) -> set[str]:
+        """A docker checkpoint's body is an image in the engine, named as a pseudo key."""
+        tag = m.runtime_data.get("tag")
+        return {f"docker-image:{tag}"} if tag else set()
+
+    def collect_local(self, referenced: set[str], grace_s: float) -> tuple[int, int]:
+        """Remove this instance's checkpoint images no reachable checkpoint names, older than
+        ``grace_s`` (another instance's images carry another label and are never touched)."""
+        try:
+            images = self.client.images.list(
+                name=CHECKPOINT_REPO, filters={"label": f"k3stack.instance={self.instance}"}
+            )
+        except Exception:  # noqa: BLE001 - no engine: nothing to collect
+            return 0, 0
+        files = freed = 0
+        cutoff = time.time() - grace_s
+        for img in images:
+            tags = [t for t in img.tags if t.startswith(CHECKPOINT_REPO + ":")]
+            created = img.attrs.get("Created", "")
+            try:
+                made = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                made = 0.0
+            if made > cutoff or any(f"docker-image:{t}" in referenced for t in tags):
+                continue
+            for t in tags:
+                try:
+                    self.client.images.remove(t, force=False)
+                    files += 1
+                except Exception:  # noqa: BLE001, S110 - in use by a container: kept
+                    pass
+            freed += int(img.attrs.get("Size", 0)) if tags else 0
+        return files, freed
 
     # ------------------------------------------------------------------ commands
 
