@@ -165,7 +165,9 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
     privately (``link_base(base, path)`` gives the VM its link to it); else a new sparse
     file shared with this process."""
     tag = uuid.uuid4().hex[:12]
-    mem_path = (shm or shm_dir()) / f"{tag}.mem"
+    folder = shm or shm_dir()
+    folder.mkdir(parents=True, exist_ok=True)  # removed when its instance closed empty
+    mem_path = folder / f"{tag}.mem"
     if base is not None:
         assert link_base is not None
         link_base(base, mem_path)  # FileNotFoundError: the base is gone

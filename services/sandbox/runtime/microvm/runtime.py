@@ -273,6 +273,9 @@ class MicroVMRuntime(Runtime):
     def close(self) -> None:
         self.pool.close()
         self.bases.close()
+        for d in (self.shm / "base", self.shm):  # the instance's folder, once nothing is in it
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
     # ------------------------------------------------------------------ lifecycle
 
