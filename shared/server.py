@@ -10,6 +10,9 @@ from typing import Any
 
 from shared.settings import SettingsError, get_settings
 
+GRACEFUL_SHUTDOWN_S = 3
+"""Seconds a stopping service waits for open requests before cancelling them."""
+
 
 def serve(service: str, create_app: Callable[[], Any], argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
@@ -40,4 +43,7 @@ def serve(service: str, create_app: Callable[[], Any], argv: list[str] | None = 
         log_level=settings.log_level.lower(),
         access_log=False,
         log_config=None,
+        # open streams (a streamed `sleep 1000`) must not hold a stop past `k3stack down`'s
+        # grace: after this they are cancelled and the lifespan's shutdown runs
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )

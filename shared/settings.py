@@ -174,7 +174,7 @@ class ModelSettings(ServiceSettings):
 
 class SandboxSettings(ServiceSettings):
     port: int = Field(8001, ge=0, le=65535, description="TCP port the service listens on.")
-    runtime: Literal["auto", "microvm", "firecracker", "process"] = Field(
+    runtime: Literal["auto", "microvm", "firecracker", "docker", "process"] = Field(
         "auto", description="Sandbox runtime; auto = microvm when QEMU and a kernel exist."
     )
     default_timeout_s: int = Field(
@@ -235,12 +235,33 @@ class SandboxSettings(ServiceSettings):
         description="Exec output kept per stream; past it output is dropped (truncated: true).",
     )  # fmt: skip
     guest_call_limit: int = Field(
-        32, ge=1, le=1024,
+        64, ge=1, le=1024,
         description="Exec and file calls into sandboxes in flight at once; more get 429.",
     )  # fmt: skip
+    guest_calls_per_sandbox: int = Field(
+        16, ge=1, le=1024,
+        description="Of those, most in flight on one sandbox (so one cannot starve the rest).",
+    )  # fmt: skip
+    guest_calls_per_key: int = Field(
+        32, ge=1, le=1024,
+        description="Of those, most in flight for one API key (deployed mode).",
+    )  # fmt: skip
+    guest_streams_limit: int = Field(
+        256, ge=4, le=65536,
+        description="Streamed execs (SDK commands, background ones too) and downloads open at "
+        "once, a quarter of it per sandbox; they hold no guest-call slot while they run.",
+    )  # fmt: skip
+    host_domain: str = Field(
+        "sandbox.localhost",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9.-]+$",
+        description="Domain of E2B's get_host(port): requests for <port>-<sandbox id>.<this> "
+        "are forwarded to that guest port.",
+    )
     guest_pids_max: int = Field(
         1024, ge=16, le=1 << 22,
-        description="Processes a microVM guest's commands may have at once (cgroup pids.max).",
+        description="Processes a sandbox's commands may have at once (cgroup pids.max); one "
+        "command gets 64 fewer, so the next command runs whatever one runaway does.",
     )  # fmt: skip
 
 

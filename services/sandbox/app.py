@@ -19,6 +19,7 @@ from services.sandbox.api.envd import EnvdDispatch
 from services.sandbox.api.envd import router as envd_router
 from services.sandbox.api.errors import handle_sandbox_error
 from services.sandbox.api.guestcalls import GuestCalls
+from services.sandbox.api.hostforward import HostForward
 from services.sandbox.api.routes import router
 from services.sandbox.lifecycle.errors import SandboxError
 from services.sandbox.lifecycle.manager import SandboxManager
@@ -61,7 +62,11 @@ def create_app(
         )
         manager.start(background=background)
         app.state.manager = manager
-        app.state.guest_calls = GuestCalls(settings.sandbox.guest_call_limit)
+        sb = settings.sandbox
+        app.state.guest_calls = GuestCalls(
+            sb.guest_call_limit, sb.guest_calls_per_sandbox, sb.guest_calls_per_key,
+            sb.guest_streams_limit,
+        )  # fmt: skip
         app.state.db = db
         try:
             yield
@@ -81,5 +86,6 @@ def create_app(
         "E2B's envd data plane (Connect RPC process/filesystem, /files) is served too.",
     )
     app.add_middleware(EnvdDispatch, state=app.state)
+    app.add_middleware(HostForward, state=app.state)  # outermost: <port>-<id>.<domain> hosts
     app.add_exception_handler(SandboxError, handle_sandbox_error)
     return app

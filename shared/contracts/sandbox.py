@@ -49,6 +49,7 @@ __all__ = [
     "NewSandbox",
     "NewTemplate",
     "PortForward",
+    "SandboxMetric",
     "RestoreRequest",
     "ResumedSandbox",
     "RuntimeInfo",
@@ -74,7 +75,7 @@ NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 MAX_TIMEOUT_S = 7 * 24 * 3600
 """Longest idle or command timeout any request may ask for (a week)."""
 
-RuntimeName = Literal["auto", "microvm", "firecracker", "process"]
+RuntimeName = Literal["auto", "microvm", "firecracker", "docker", "process"]
 SandboxState = Literal["creating", "running", "paused", "killed", "error"]
 
 
@@ -373,6 +374,22 @@ class EntryInfo(BaseModel):
     size: int
     mode: int = Field(description="Permission bits, e.g. 420 (0o644).")
     modified_time: datetime
+
+
+class SandboxMetric(BaseModel):
+    """E2B's ``SandboxMetric``: one sample of the sandbox's CPU, memory and root disk, read in
+    the guest (``/proc/stat``, ``/proc/meminfo``, ``df /``). On the ``process`` runtime the
+    guest's ``/proc`` is the host's, so CPU and memory are the host's figures."""
+
+    timestamp: datetime
+    timestampUnix: int
+    cpuCount: int
+    cpuUsedPct: float
+    memUsed: int
+    memTotal: int
+    memCache: int
+    diskUsed: int
+    diskTotal: int
 
 
 class PortForward(BaseModel):

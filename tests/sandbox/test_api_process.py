@@ -247,8 +247,8 @@ def test_guest_calls_have_their_own_bounded_pool(service):
     for t in threads:
         t.start()
     try:
-        pool = c.app.state.guest_calls.limiter  # type: ignore[attr-defined]
-        eventually(lambda: pool.borrowed_tokens, lambda n: n == 2, what="both calls in flight")
+        calls = c.app.state.guest_calls  # type: ignore[attr-defined]
+        eventually(lambda: calls.in_flight["*"], lambda n: n == 2, what="both calls in flight")
         r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "true"})
         assert r.status_code == 429, r.text
         assert "GUEST_CALL_LIMIT" in r.json()["message"]

@@ -41,8 +41,10 @@ def test_stock_sdk_drives_a_microvm(service_url):  # type: ignore[no-untyped-def
     from e2b import Sandbox
 
     opts = {"api_key": "e2b_unused", "api_url": service_url, "sandbox_url": service_url}
-    sbx = Sandbox.create(template="busybox", timeout=600, metadata={"suite": "e2b"}, **opts)
+    sbx = Sandbox.create(template="busybox", timeout=600, metadata={"suite": "e2b"},
+                         envs={"GREETING": "from envs"}, **opts)  # fmt: skip
     try:
+        assert sbx.commands.run("echo $GREETING").stdout == "from envs\n"  # envs reach a VM
         r = sbx.commands.run("echo hello; echo oops >&2")
         assert (r.exit_code, r.stdout, r.stderr) == (0, "hello\n", "oops\n")
         seen: list[str] = []

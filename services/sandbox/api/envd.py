@@ -40,6 +40,7 @@ from protobuf import Oneof
 from protobuf.wkt import Timestamp
 from starlette.datastructures import Headers
 
+from services.sandbox.api.dataplane import exec_events, read_response
 from services.sandbox.api.errors import to_api_error
 from services.sandbox.lifecycle.errors import NotFound, SandboxError
 from shared.contracts.sandbox import EntryInfo, ExecBody
@@ -113,9 +114,10 @@ class _Backend:
             raise ConnectError(Code.INVALID_ARGUMENT, f"missing {SANDBOX_HEADER} header")
         return sid
 
-    async def call(self, fn: Any, *args: Any) -> Any:
+    async def call(self, sid: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in one of sandbox ``sid``'s guest-call slots."""
         try:
-            return await self.calls.run(fn, *args)
+            return await self.calls.run(sid, fn, *args)
         except (APIError, SandboxError) as exc:
             raise _rpc_error(exc) from exc
 
@@ -141,9 +143,9 @@ class ProcessService(_Backend):
         if cfg.cmd in ("/bin/bash", "bash"):  # the SDK's shell; images without bash use sh
             argv = ["/bin/sh", "-c", BASH_OR_SH, "sh", *cfg.args]
         body = ExecBody(argv=argv, env=dict(cfg.envs or {}), cwd=cfg.cwd or None, timeout_s=0)
-        events = await self.call(self.manager.exec_stream, sid, body)
-        try:
-            stream = self.calls.admit_stream(events)
+        events = await self.call(sid, self.manager.exec_stream, sid, body)
+        try:  # a stream holds no slot: SDK background commands cannot fill the data plane
+            stream = exec_events(self.calls, self.manager, sid, events)
         except APIError as exc:
             raise _rpc_error(exc) from exc
         pid = 0
@@ -174,7 +176,10 @@ class ProcessService(_Backend):
 
     async def list(self, request: pr_pb.ListRequest, ctx: RequestContext) -> pr_pb.ListResponse:
         sid = self.sandbox_of(ctx)
-        await self.call(self.manager.get, sid)  # 404 for an unknown sandbox
+        try:  # 404 for an unknown sandbox
+            await self.calls.control(self.manager.get, sid)
+        except SandboxError as exc:
+            raise _rpc_error(exc) from exc
         with self._lock:
             procs = dict(self._running.get(sid, {}))
         infos = [pr_pb.ProcessInfo(config=cfg, pid=pid) for pid, cfg in procs.items()]
@@ -188,7 +193,10 @@ class ProcessService(_Backend):
         if sel is None or sel.field != "pid":
             raise ConnectError(Code.INVALID_ARGUMENT, "select the process by pid")
         signal = int(request.signal) or 15
-        await self.call(self.manager.kill_process, sid, int(sel.value), signal)
+        try:  # a control call: never waits for a slot
+            await self.calls.control(self.manager.kill_process, sid, int(sel.value), signal)
+        except SandboxError as exc:
+            raise _rpc_error(exc) from exc
         return pr_pb.SendSignalResponse()
 
     def connect(self, request: Any, ctx: RequestContext) -> AsyncIterator:
@@ -224,7 +232,8 @@ class FilesystemService(_Backend):
     """``filesystem.Filesystem``: guest file metadata through the manager's file calls."""
 
     async def stat(self, request: fs_pb.StatRequest, ctx: RequestContext) -> fs_pb.StatResponse:
-        info = await self.call(self.manager.stat, self.sandbox_of(ctx), request.path)
+        sid = self.sandbox_of(ctx)
+        info = await self.call(sid, self.manager.stat, sid, request.path)
         return fs_pb.StatResponse(entry=_entry(info))
 
     async def make_dir(
@@ -232,14 +241,14 @@ class FilesystemService(_Backend):
     ) -> fs_pb.MakeDirResponse:
         sid = self.sandbox_of(ctx)
         try:
-            await self.calls.run(self.manager.stat, sid, request.path)
+            await self.calls.run(sid, self.manager.stat, sid, request.path)
         except NotFound:
             pass
         except (APIError, SandboxError) as exc:
             raise _rpc_error(exc) from exc
         else:
             raise ConnectError(Code.ALREADY_EXISTS, f"{request.path} already exists")
-        info = await self.call(self.manager.make_dir, sid, request.path)
+        info = await self.call(sid, self.manager.make_dir, sid, request.path)
         return fs_pb.MakeDirResponse(entry=_entry(info))
 
     async def list_dir(
@@ -252,7 +261,7 @@ class FilesystemService(_Backend):
         for _ in range(depth):
             nxt = []
             for path in level:
-                for e in await self.call(self.manager.list_dir, sid, path):
+                for e in await self.call(sid, self.manager.list_dir, sid, path):
                     out.append(_entry(e))
                     if e.type == "dir":
                         nxt.append(e.path)
@@ -262,17 +271,18 @@ class FilesystemService(_Backend):
     async def move(self, request: fs_pb.MoveRequest, ctx: RequestContext) -> fs_pb.MoveResponse:
         sid = self.sandbox_of(ctx)
         body = ExecBody(argv=["mv", "--", request.source, request.destination], timeout_s=60)
-        res = await self.call(self.manager.exec, sid, body)
+        res = await self.call(sid, self.manager.exec, sid, body)
         if res.exit_code != 0:
             code = Code.NOT_FOUND if "No such file" in res.stderr else Code.INVALID_ARGUMENT
             raise ConnectError(code, res.stderr.strip() or f"mv exited {res.exit_code}")
-        info = await self.call(self.manager.stat, sid, request.destination)
+        info = await self.call(sid, self.manager.stat, sid, request.destination)
         return fs_pb.MoveResponse(entry=_entry(info))
 
     async def remove(
         self, request: fs_pb.RemoveRequest, ctx: RequestContext
     ) -> fs_pb.RemoveResponse:
-        await self.call(self.manager.remove, self.sandbox_of(ctx), request.path, True)
+        sid = self.sandbox_of(ctx)
+        await self.call(sid, self.manager.remove, sid, request.path, True)
         return fs_pb.RemoveResponse()
 
     def watch_dir(self, request: Any, ctx: RequestContext) -> AsyncIterator:
@@ -334,8 +344,7 @@ def _sandbox(request: Request) -> str:
 async def envd_download(request: Request, path: str) -> Response:
     """envd's download: the file's bytes (404 / 413 as the k3stack file routes)."""
     state = request.app.state
-    data = await state.guest_calls.run(state.manager.read_file, _sandbox(request), path)
-    return Response(data, media_type="application/octet-stream")
+    return await read_response(state.guest_calls, state.manager, _sandbox(request), path, request)
 
 
 @router.post("/files")
@@ -365,6 +374,6 @@ async def envd_upload(request: Request, path: str | None = None) -> JSONResponse
         files.append((path, body))
     out = []
     for target, data in files:
-        info = await state.guest_calls.run(state.manager.write_file, sid, target, data, 0o644)
+        info = await state.guest_calls.run(sid, state.manager.write_file, sid, target, data, 0o644)
         out.append({"name": info.name, "type": "file", "path": info.path})
     return JSONResponse(out)

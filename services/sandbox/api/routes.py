@@ -17,6 +17,7 @@ import anyio.from_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from services.sandbox.api.dataplane import caller_key, exec_events, read_response, run_exec
 from services.sandbox.api.envd import access_token
 from services.sandbox.api.errors import to_error
 from services.sandbox.api.guestcalls import GuestCalls
@@ -39,6 +40,7 @@ from services.sandbox.api.schemas import (
     SandboxDetail,
     SandboxForkRequest,
     SandboxForkResult,
+    SandboxMetric,
     SandboxRefreshRequest,
     SandboxTimeoutRequest,
     SignalRequest,
@@ -73,7 +75,9 @@ def get_guest_calls(request: Request) -> GuestCalls:
 
 def _tokened(request: Request, sandbox: Sandbox) -> Sandbox:
     """The sandbox with its envd access token (set when auth is on)."""
-    sandbox.envdAccessToken = access_token(request.app.state.settings, sandbox.sandboxID)
+    settings = request.app.state.settings
+    sandbox.envdAccessToken = access_token(settings, sandbox.sandboxID)
+    sandbox.domain = settings.sandbox.host_domain  # get_host(port): <port>-<id>.<domain>
     return sandbox
 
 
@@ -316,10 +320,17 @@ def restore_sandbox(sandboxID: str, body: RestoreRequest, m: Manager) -> Sandbox
 
 @router.post("/sandboxes/{sandboxID}/exec", response_model=ExecOutput, operation_id="execCommand",
              tags=["exec"], responses=ERRORS_FILES)  # fmt: skip
-async def exec_command(sandboxID: str, body: ExecBody, m: Manager, calls: Calls) -> ExecOutput:  # noqa: N803
+async def exec_command(
+    sandboxID: str,
+    body: ExecBody,
+    m: Manager,
+    calls: Calls,
+    request: Request,  # noqa: N803
+) -> ExecOutput | Response:
     """Run a command to completion (or start it with ``background``). 409 unless running;
-    429 when K3STACK_SANDBOX__GUEST_CALL_LIMIT calls are in flight."""
-    return await calls.run(m.exec, sandboxID, body)
+    429 when the guest-call slots (global, this sandbox's, this API key's) are full. A client
+    that disconnects kills its command."""
+    return await run_exec(calls, m, sandboxID, body, request)
 
 
 @router.post(
@@ -343,7 +354,8 @@ async def exec_command_stream(
 ) -> StreamingResponse:  # noqa: N803
     """Run a command, streaming ``start``, ``stdout``/``stderr`` chunks and ``exit`` as they
     happen: NDJSON by default, Server-Sent Events when the client accepts text/event-stream."""
-    events = calls.admit_stream(await calls.run(m.exec_stream, sandboxID, body))
+    raw = await calls.run(sandboxID, m.exec_stream, sandboxID, body, key=caller_key(request))
+    events = exec_events(calls, m, sandboxID, raw)
     sse = "text/event-stream" in request.headers.get("accept", "")
 
     async def body_iter() -> AsyncIterator[bytes]:
@@ -361,9 +373,23 @@ async def exec_command_stream(
 async def signal_process(
     sandboxID: str, pid: int, m: Manager, calls: Calls, body: SignalRequest | None = None
 ) -> Response:  # noqa: N803
-    """Send a signal (default SIGTERM) to a guest process and its process group."""
-    await calls.run(m.kill_process, sandboxID, pid, (body or SignalRequest()).signal)
+    """Send a signal (default SIGTERM) to a guest process and its process group: a control
+    call, it never waits for a guest-call slot."""
+    await calls.control(m.kill_process, sandboxID, pid, (body or SignalRequest()).signal)
     return Response(status_code=204)
+
+
+@router.get("/sandboxes/{sandboxID}/metrics", response_model=list[SandboxMetric],
+            operation_id="getSandboxMetrics", tags=["sandboxes"], responses=ERRORS_FILES)  # fmt: skip
+async def get_sandbox_metrics(
+    sandboxID: str,
+    m: Manager,
+    calls: Calls,
+    request: Request,  # noqa: N803
+) -> list[SandboxMetric]:
+    """E2B's ``get_metrics``: one sample now of the sandbox's CPU, memory and root disk, read
+    in the guest. 409 unless running."""
+    return [await calls.run(sandboxID, m.metrics, sandboxID, key=caller_key(request))]
 
 
 @router.get("/sandboxes/{sandboxID}/ports/{port}", response_model=PortForward,
@@ -373,12 +399,13 @@ async def get_sandbox_host(
     port: Annotated[int, Path(ge=1, le=65535, description="Guest TCP port.")],
     m: Manager,
     calls: Calls,
+    request: Request,
 ) -> PortForward:
     """A loopback ``host:port`` on the service host that forwards TCP to ``port`` in the guest
     (E2B's ``get_host``): serve a web app in the sandbox, open it from the host. The guest
     server must listen on 0.0.0.0. microvm sandboxes need a network device: create them with
     ``network: {"mode": "allowlist", "allow": []}`` (409 otherwise). 409 unless running."""
-    return await calls.run(m.expose_port, sandboxID, port)
+    return await calls.run(sandboxID, m.expose_port, sandboxID, port, key=caller_key(request))
 
 
 # ------------------------------------------------------------------ files
@@ -392,11 +419,17 @@ async def get_sandbox_host(
     responses={**ERRORS_FILES, 413: {**_E, "description": "File larger than the limit"},
                200: {"content": {"application/octet-stream": {}}, "description": "File contents"}},
 )  # fmt: skip
-async def read_file(sandboxID: str, path: PathQuery, m: Manager, calls: Calls) -> Response:  # noqa: N803
-    """A guest file's contents; 413 when it is larger than K3STACK_SANDBOX__MAX_UPLOAD_BYTES
-    (a file that never ends, like /dev/zero, is cut there)."""
-    data = await calls.run(m.read_file, sandboxID, path)
-    return Response(data, media_type="application/octet-stream")
+async def read_file(
+    sandboxID: str,
+    path: PathQuery,
+    m: Manager,
+    calls: Calls,
+    request: Request,  # noqa: N803
+) -> Response:
+    """A guest file's contents, streamed in chunks; 413 when it is larger than
+    K3STACK_SANDBOX__MAX_UPLOAD_BYTES, or has no fixed size (``/dev/zero``) and is longer
+    than 1 MiB; 429 when the sandbox's guest-call slots are full."""
+    return await read_response(calls, m, sandboxID, path, request)
 
 
 @router.put(
@@ -439,7 +472,10 @@ async def write_file(
                 raise APIError(413, "too_large", f"upload is over the limit of {limit} bytes")
             yield chunk
 
-    return await calls.run(m.write_file_stream, sandboxID, path, chunks(), int(mode, 8))
+    return await calls.run(
+        sandboxID, m.write_file_stream, sandboxID, path, chunks(), int(mode, 8),
+        key=caller_key(request),
+    )  # fmt: skip
 
 
 @router.delete("/sandboxes/{sandboxID}/files", status_code=204, operation_id="removeFile",

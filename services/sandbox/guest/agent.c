@@ -32,7 +32,7 @@
  *
  * Limits (guest side; the host enforces its own as well): in a VM (not with fd:N) the agent
  * mounts cgroup2 and runs every command in its own cgroup k3s-user/eN (killed whole at its
- * timeout) under /sys/fs/cgroup/k3s-user (pids.max from k3s.pids_max=
+ * timeout; 64 pids and 32 MiB below its parent's bounds) under /sys/fs/cgroup/k3s-user (pids.max from k3s.pids_max=
  * on the kernel command line, default 1024; memory.max = RAM minus a reserve; cpu.weight 100)
  * while it sits in k3s-agent (cpu.weight 10000) with oom_score_adj -1000: a fork bomb or a
  * memory hog in a command cannot starve, OOM-kill or out-fork the agent.
@@ -496,13 +496,29 @@ static void build_env(char ***out) {
 static int in_vm = 0;
 static unsigned long cgroup_seq = 0;
 
+static long long cmd_pids_max = 0, cmd_mem_max = 0; /* one command's share (set at start) */
+
+static void put_file(const char *path, const char *value);
+
 /* A fresh cgroup for one command (its processes and all they fork): killing it on timeout
- * ends a fork bomb as a whole, which signalling a process group cannot. */
+ * ends a fork bomb as a whole, which signalling a process group cannot; its own pids.max and
+ * memory.max, a reserve below k3s-user's, leave the next command room to run. */
 static void new_exec_cgroup(char *out, size_t len) {
     out[0] = 0;
     if (!in_vm) return;
     snprintf(out, len, CG_USER "/e%lu", ++cgroup_seq);
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) out[0] = 0;
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) { out[0] = 0; return; }
+    char p[128], v[32];
+    if (cmd_pids_max > 0) {
+        snprintf(p, sizeof p, "%s/pids.max", out);
+        snprintf(v, sizeof v, "%lld", cmd_pids_max);
+        put_file(p, v);
+    }
+    if (cmd_mem_max > 0) {
+        snprintf(p, sizeof p, "%s/memory.max", out);
+        snprintf(v, sizeof v, "%lld", cmd_mem_max);
+        put_file(p, v);
+    }
 }
 
 static void join_cgroup(const char *cg) {
@@ -550,11 +566,18 @@ static void setup_limits(void) {
     mkdir(CG_USER, 0755);
     mkdir(CG_AGENT, 0755);
     char v[64];
-    snprintf(v, sizeof v, "%lld", cmdline_value("k3s.pids_max=", 1024));
+    long long pids = cmdline_value("k3s.pids_max=", 1024);
+    snprintf(v, sizeof v, "%lld", pids);
     put_file(CG_USER "/pids.max", v);
+    put_file(CG_USER "/cgroup.subtree_control", "+pids +memory +cpu");
+    cmd_pids_max = pids > 128 ? pids - 64 : pids / 2;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     long long total = (long long)pages * psz, reserve = total / 8 > (48ll << 20) ? total / 8 : (48ll << 20);
-    if (total > 2 * reserve) { snprintf(v, sizeof v, "%lld", total - reserve); put_file(CG_USER "/memory.max", v); }
+    if (total > 2 * reserve) {
+        snprintf(v, sizeof v, "%lld", total - reserve);
+        put_file(CG_USER "/memory.max", v);
+        cmd_mem_max = total - reserve - (32ll << 20); /* the next command's 32 MiB */
+    }
     put_file(CG_USER "/cpu.weight", "100");
     put_file(CG_AGENT "/cpu.weight", "10000");
     snprintf(v, sizeof v, "%d", getpid());

@@ -365,19 +365,29 @@ class AgentClient:
             if limit is not None and len(data) > limit:
                 raise GuestFileTooLarge(f"{p} is larger than {limit} bytes", EFBIG, p)
             return data
+        return b"".join(self.read_file_stream(p, limit))
+
+    def read_file_stream(self, path: str, limit: int) -> Iterator[bytes]:
+        """:meth:`read_file` frame by frame (agent version 2; older agents: whole). The
+        timeout is per frame, so it measures progress, not the transfer's length."""
+        p = normalize_guest_path(path)
+        if self.version < 2:
+            yield self.read_file(p, limit)
+            return
         rid, q = self._open()
-        out = bytearray()
+        sent = 0
         try:
             with self._gate:
                 self._send(frame("R", rid, tlv("f", p) + tlv("n", limit)))
             while True:
                 kind, data = self._get(q, self._timeout)
                 if kind == "D":
-                    out += data
-                    if len(out) > limit:  # the host's own check
+                    sent += len(data)
+                    if sent > limit:  # the host's own check
                         raise GuestFileTooLarge(f"{p} is larger than {limit} bytes", EFBIG, p)
+                    yield data
                 elif kind == "K":
-                    return bytes(out)
+                    return
                 elif kind == "F":
                     self._raise_failure(data, p, limit)
         finally:

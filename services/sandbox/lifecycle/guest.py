@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from services.sandbox.lifecycle.errors import Invalid, runtime_errors
 from services.sandbox.lifecycle.state import Live, SandboxState
@@ -20,7 +21,39 @@ from services.sandbox.runtime.base import (
     SandboxRuntimeError,
     normalize_guest_path,
 )
-from shared.contracts.sandbox import EntryInfo, ExecBody, ExecOutput, ExecStreamEvent, PortForward
+from shared.contracts.sandbox import (
+    EntryInfo,
+    ExecBody,
+    ExecOutput,
+    ExecStreamEvent,
+    PortForward,
+    SandboxMetric,
+)
+
+METRICS_SCRIPT = (
+    "head -1 /proc/stat; sleep 0.2; head -1 /proc/stat; "
+    "grep -E '^(MemTotal|MemAvailable|Cached):' /proc/meminfo; "
+    "df -kP / | tail -1; grep -c ^processor /proc/cpuinfo"
+)
+
+
+def parse_metrics(out: str) -> SandboxMetric:
+    """The :data:`METRICS_SCRIPT` output as E2B's metric."""
+    lines = out.splitlines()
+    a, b = ([int(x) for x in line.split()[1:]] for line in lines[:2])
+    busy = [y - x for x, y in zip(a, b, strict=False)]
+    total = sum(busy) or 1
+    idle = busy[3] + (busy[4] if len(busy) > 4 else 0)
+    mem = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in lines[2:5]}
+    disk = lines[5].split()
+    now = datetime.now(UTC)
+    return SandboxMetric(
+        timestamp=now, timestampUnix=int(now.timestamp()), cpuCount=int(lines[6]),
+        cpuUsedPct=round(100.0 * (total - idle) / total, 2),
+        memTotal=mem["MemTotal"], memUsed=mem["MemTotal"] - mem["MemAvailable"],
+        memCache=mem.get("Cached", 0), diskUsed=int(disk[2]) * 1024,
+        diskTotal=int(disk[1]) * 1024,
+    )  # fmt: skip
 
 
 def guest_path(path: str) -> str:
@@ -75,10 +108,17 @@ class GuestOps:
         except ValueError as exc:
             raise Invalid("invalid_request", str(exc).split("\n", 1)[-1].strip()) from exc
 
+    @staticmethod
+    def _with_env(req: ExecRequest, live: Live) -> ExecRequest:
+        """The sandbox's ``envs`` (from create) under the command's own: done here, so every
+        runtime honours them the same way."""
+        env = {**live.handle.spec.env, **req.env}
+        return req if env == req.env else req.model_copy(update={"env": env})
+
     def exec(self, sandbox_id: str, body: ExecBody) -> ExecOutput:
         req = self.exec_request(body)
         with self._op(sandbox_id) as live:
-            res = live.runtime.exec(live.handle, req)
+            res = live.runtime.exec(live.handle, self._with_env(req, live))
         return ExecOutput(
             exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr,
             timed_out=res.timed_out, truncated=res.truncated, pid=res.pid,
@@ -94,7 +134,7 @@ class GuestOps:
         st = self.st
         req = self.exec_request(body)
         live = st.require_running(sandbox_id)
-        events = live.runtime.exec_stream(live.handle, req)
+        events = live.runtime.exec_stream(live.handle, self._with_env(req, live))
 
         def gen() -> Iterator[ExecStreamEvent]:
             try:
@@ -112,6 +152,17 @@ class GuestOps:
 
         return gen()
 
+    def metrics(self, sandbox_id: str) -> SandboxMetric:
+        """One sample of CPU (over 0.2 s), memory and root disk, read in the guest."""
+        req = ExecRequest(argv=["/bin/sh", "-c", METRICS_SCRIPT], cwd="/", timeout_s=30)
+        with self._op(sandbox_id) as live:
+            res = live.runtime.exec(live.handle, req)
+        try:
+            return parse_metrics(res.stdout)
+        except (ValueError, IndexError) as exc:
+            raise Invalid("metrics_unavailable",
+                          f"the guest's /proc or df gave no metrics: {res.stderr[:200]}") from exc  # fmt: skip
+
     def expose_port(self, sandbox_id: str, port: int) -> PortForward:
         with self._op(sandbox_id) as live:
             return PortForward(port=port, host=live.runtime.expose_port(live.handle, port))
@@ -127,6 +178,24 @@ class GuestOps:
         p = guest_path(path)
         with self._op(sandbox_id) as live:
             return live.runtime.read_file(live.handle, p, self.st.settings.max_upload_bytes)
+
+    def read_file_stream(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        """The file in chunks (constant memory); the first chunk is read now, so a missing
+        file or a directory raises here, before any byte is sent. 413 mid-way past
+        ``max_upload_bytes``."""
+        p = guest_path(path)
+        limit = self.st.settings.max_upload_bytes
+        with self._op(sandbox_id) as live:
+            chunks = live.runtime.read_file_stream(live.handle, p, limit)
+            first = next(chunks, b"")
+
+        def gen() -> Iterator[bytes]:
+            with self._op(sandbox_id):
+                if first:
+                    yield first
+                yield from chunks
+
+        return gen()
 
     def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int) -> EntryInfo:
         p = guest_path(path)

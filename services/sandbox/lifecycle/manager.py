@@ -59,6 +59,7 @@ from shared.contracts.sandbox import (
     RuntimeInfo,
     Sandbox,
     SandboxDetail,
+    SandboxMetric,
     Template,
 )
 from shared.db import ServiceDatabase
@@ -270,6 +271,9 @@ class SandboxManager:
     def exec_stream(self, sandbox_id: str, body: ExecBody) -> Iterator[ExecStreamEvent]:
         return self.guest.exec_stream(sandbox_id, body)
 
+    def metrics(self, sandbox_id: str) -> SandboxMetric:
+        return self.guest.metrics(sandbox_id)
+
     def expose_port(self, sandbox_id: str, port: int) -> PortForward:
         return self.guest.expose_port(sandbox_id, port)
 
@@ -278,6 +282,9 @@ class SandboxManager:
 
     def read_file(self, sandbox_id: str, path: str) -> bytes:
         return self.guest.read_file(sandbox_id, path)
+
+    def read_file_stream(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        return self.guest.read_file_stream(sandbox_id, path)
 
     def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int) -> EntryInfo:
         return self.guest.write_file(sandbox_id, path, data, mode)

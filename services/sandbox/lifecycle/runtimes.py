@@ -17,7 +17,7 @@ from shared.settings import Settings
 
 log = logging.getLogger("k3stack.sandbox")
 
-RUNTIME_ORDER = ("microvm", "firecracker", "process")
+RUNTIME_ORDER = ("microvm", "firecracker", "docker", "process")
 
 
 def make_runtimes(settings: Settings) -> dict[str, Runtime]:
@@ -26,7 +26,10 @@ def make_runtimes(settings: Settings) -> dict[str, Runtime]:
     runtimes: dict[str, Runtime] = {}
     from services.sandbox.runtime.process import ProcessRuntime
 
-    runtimes["process"] = ProcessRuntime(root / "process")
+    runtimes["process"] = ProcessRuntime(root / "process", pids_max=settings.sandbox.guest_pids_max)
+    from services.sandbox.runtime.docker import DockerRuntime
+
+    runtimes["docker"] = DockerRuntime(root / "docker", pids_max=settings.sandbox.guest_pids_max)
     from services.sandbox.runtime.firecracker import FirecrackerRuntime
 
     runtimes["firecracker"] = FirecrackerRuntime(root / "firecracker")

@@ -406,6 +406,12 @@ class Runtime(ABC):
         ``limit`` bytes would be read (never reading much past it: files like ``/dev/zero``
         end). Raises GuestFileNotFound / GuestFileError."""
 
+    def read_file_stream(self, h: VMHandle, path: str, limit: int | None = None) -> Iterator[bytes]:
+        """:meth:`read_file` in chunks as they come (constant memory however large the file);
+        :class:`GuestFileTooLarge` is raised mid-way once ``limit`` would be passed. Default:
+        one chunk, read whole."""
+        yield self.read_file(h, path, limit)
+
     @abstractmethod
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
         """Create or replace a guest file (parent directories are created)."""

@@ -161,12 +161,14 @@ def vm_key(image: Image, spec: SandboxSpec, accel: str, base: str | None) -> tup
 def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
            boot_timeout: float = 10.0, disk: Path | None = None, base: str | None = None,
            link_base: Callable[[str, Path], None] | None = None,
-           pids_max: int = 1024) -> Vm:  # fmt: skip
-    """Start QEMU and connect QMP. ``base``: the checkpoint whose base file the VM maps
+           pids_max: int = 1024, shm: Path | None = None) -> Vm:  # fmt: skip
+    """Start QEMU and connect QMP (its memory file in ``shm``, the instance's own folder). ``base``: the checkpoint whose base file the VM maps
     privately (``link_base(base, path)`` gives the VM its link to it); else a new sparse
     file shared with this process."""
     tag = uuid.uuid4().hex[:12]
-    mem_path = shm_dir() / f"{tag}.mem"
+    folder = shm or shm_dir()
+    folder.mkdir(parents=True, exist_ok=True)  # removed when its instance closed empty
+    mem_path = folder / f"{tag}.mem"
     if base is not None:
         assert link_base is not None
         link_base(base, mem_path)  # FileNotFoundError: the base is gone

@@ -3,11 +3,11 @@ checkpoint reads it.
 
 Two layouts:
 
-* **Shared** (a freshly booted VM): a sparse per-VM file in ``/dev/shm/k3stack`` that QEMU maps
+* **Shared** (a freshly booted VM): a sparse per-VM file in ``/dev/shm/k3stack/<instance>`` that QEMU maps
   ``share=on`` and this process maps ``MAP_SHARED``; a checkpoint hashes the file in place
   (holes skipped). :class:`SharedMemory`.
 * **Copy-on-write over a base** (a restored or forked VM): a checkpoint's memory is assembled
-  once into a base file ``/dev/shm/k3stack/base/<checkpoint id>.mem`` (named by the checkpoint:
+  once into a base file ``/dev/shm/k3stack/<instance>/base/<checkpoint id>.mem`` (named by the checkpoint:
   a checkpoint's memory never changes). Each VM restored from it gets a hard link to the base
   under its own name (so what a VM holds is still one path it owns and that ``stop`` removes)
   and QEMU maps it ``share=off`` (``MAP_PRIVATE``): pages the guest only reads stay the base's
@@ -32,6 +32,7 @@ period, and a closing runtime removes the unused ones it assembled. Another proc
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import mmap
 import os
 import threading
@@ -55,11 +56,46 @@ PM_SWAPPED = 1 << 62
 PM_FILE = 1 << 61
 
 
-def shm_dir() -> Path:
+def shm_dir(instance: str = "shared") -> Path:
+    """This service instance's own folder of memory files, ``/dev/shm/k3stack/<instance>``
+    (instance: a digest of the runtime's folder), so instances on one host never see, evict or
+    remove each other's files."""
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    d = base / "k3stack"
+    d = base / "k3stack" / instance
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def instance_key(root: Path) -> str:
+    return hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]
+
+
+def mapped_inodes(under: Path) -> set[int]:
+    """Inodes of files under ``under`` that some process on the host maps (``/proc/*/maps``)."""
+    prefix, out = str(under), set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        for line in text.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith(prefix):
+                out.add(int(parts[4]))
+    return out
+
+
+def sweep_stale(shm: Path) -> int:
+    """Remove what a crashed predecessor of this instance left in ``shm``: memory files no
+    process maps (a QEMU that survived it still maps its own, which stay for re-attach).
+    Returns the number of files removed."""
+    keep, removed = mapped_inodes(shm), 0
+    for path in [*shm.glob("*.mem"), *shm.glob("base/*.mem"), *shm.glob("base/.*.part")]:
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_ino not in keep:
+                path.unlink()
+                removed += 1
+    return removed
 
 
 def can_read_children() -> bool:
@@ -309,5 +345,7 @@ __all__ = [
     "can_read_children",
     "PrivateMemory",
     "SharedMemory",
+    "instance_key",
     "shm_dir",
+    "sweep_stale",
 ]

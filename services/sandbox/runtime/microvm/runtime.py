@@ -7,7 +7,7 @@ checkpoint and restore. Its parts: ``launch`` (QEMU processes, command line, war
 
 How a sandbox is laid out on the host:
 
-* **Guest RAM**: a booted VM's RAM is a sparse file in ``/dev/shm/k3stack`` shared with this
+* **Guest RAM**: a booted VM's RAM is a sparse file in ``/dev/shm/k3stack/<instance>`` shared with this
   process; a restored VM's RAM is a private copy-on-write mapping of its checkpoint's base
   file, shared page for page with every other VM restored from the same checkpoint
   (``memory.py``).
@@ -93,6 +93,9 @@ from services.sandbox.runtime.microvm.memory import (
     PrivateMemory,
     SharedMemory,
     can_read_children,
+    instance_key,
+    shm_dir,
+    sweep_stale,
 )
 from services.sandbox.runtime.microvm.qmp import QMPClient, QMPError
 from shared.settings import get_settings
@@ -153,7 +156,9 @@ class MicroVMRuntime(Runtime):
         self._lock = threading.Lock()
         self._pagestores = PageStores()
         self._images: dict[str, Image] = {}
-        self.bases = BaseFiles()
+        self.shm = shm_dir(instance_key(self.root))  # this instance's own /dev/shm folder
+        sweep_stale(self.shm)  # a crashed predecessor's unmapped files; never another's
+        self.bases = BaseFiles(self.shm / "base")
         self.pool = WarmPool(pool_size, self._start_incoming)
 
     @property
@@ -208,7 +213,7 @@ class MicroVMRuntime(Runtime):
                 return data["accel"]
         accel = "tcg"
         try:
-            vm = launch(image, SandboxSpec(), "kvm", incoming=False, boot_timeout=20,
+            vm = launch(image, SandboxSpec(), "kvm", incoming=False, boot_timeout=20, shm=self.shm,
                         pids_max=self.pids_max)  # fmt: skip
             try:
                 agent = connect_agent(vm.sock_dir / "agent.sock", timeout_s=20)
@@ -238,7 +243,7 @@ class MicroVMRuntime(Runtime):
     def _start_incoming(self, image: Image, spec: SandboxSpec, accel: str, base: str | None,
                         disk: Path | None = None) -> Vm:  # fmt: skip
         """A QEMU waiting for a restore (``base``: the checkpoint whose base file it maps)."""
-        return launch(image, spec, accel, incoming=True, disk=disk, base=base,
+        return launch(image, spec, accel, incoming=True, disk=disk, base=base, shm=self.shm,
                       link_base=self.bases.link, pids_max=self.pids_max)  # fmt: skip
 
     def _take_vm(self, image: Image, spec: SandboxSpec, accel: str, disk: Path | None,
@@ -268,6 +273,9 @@ class MicroVMRuntime(Runtime):
     def close(self) -> None:
         self.pool.close()
         self.bases.close()
+        for d in (self.shm / "base", self.shm):  # the instance's folder, once nothing is in it
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -298,7 +306,7 @@ class MicroVMRuntime(Runtime):
         accel = self.accel
         workdir.mkdir(parents=True, exist_ok=True)
         disk = disks.new_overlay(workdir, image.disk) if image.disk else None
-        vm = launch(image, spec, accel, incoming=False, disk=disk.active if disk else None,
+        vm = launch(image, spec, accel, incoming=False, disk=disk.active if disk else None, shm=self.shm,
                     pids_max=self.pids_max)  # fmt: skip
         try:
             agent = connect_agent(vm.sock_dir / "agent.sock", BOOT_TIMEOUT_S)
@@ -693,6 +701,9 @@ class MicroVMRuntime(Runtime):
 
     def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
         return self._live_of(h).agent.read_file(path, limit)
+
+    def read_file_stream(self, h: VMHandle, path: str, limit: int | None = None) -> Iterator[bytes]:
+        return self._live_of(h).agent.read_file_stream(path, limit or (1 << 62))
 
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
         return self._live_of(h).agent.write_file(path, data, mode)

@@ -28,6 +28,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
     normalize_guest_path,
 )
+from services.sandbox.runtime.process.cgroups import CommandCgroups
 
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 """Per stream, per foreground exec: output past this is dropped and the result says so."""
@@ -50,6 +51,8 @@ BG_SCRIPT = (
 
 class ExecMixin(Runtime):
     """exec, exec_stream, background commands and signals."""
+
+    _cgroups: CommandCgroups
 
     # -- commands
 
@@ -113,7 +116,8 @@ class ExecMixin(Runtime):
             yield ExecEvent(kind="start", pid=res.pid)
             return
         self._check_alive(h)
-        argv = self._enter_argv(h, req, req.full_argv())
+        cg = self._cgroups.command(h.sandbox_id)  # its own pids.max under the sandbox's
+        argv = self._cgroups.enter_argv(cg, self._enter_argv(h, req, req.full_argv()))
         with self._gate(h.sandbox_id):  # not while a checkpoint has the sandbox frozen
             proc = subprocess.Popen(
                 argv,
@@ -130,6 +134,7 @@ class ExecMixin(Runtime):
         finally:
             with self._lock:
                 self._execs.get(h.sandbox_id, set()).discard(proc)
+            self._cgroups.release(cg)
 
     def _feed_and_pump(
         self, proc: subprocess.Popen[bytes], req: ExecRequest
@@ -233,6 +238,16 @@ class ExecMixin(Runtime):
         self._check_alive(h)
         if pid <= 1:
             raise GuestFileError(f"refusing to signal guest pid {pid}")
+        with self._lock:  # a streamed exec's pid is its host process group (nsenter's)
+            own = any(p.pid == pid for p in self._execs.get(h.sandbox_id, ()))
+        if own:
+            try:
+                os.killpg(pid, int(signal))
+            except (ProcessLookupError, PermissionError) as exc:
+                raise GuestFileNotFound(
+                    f"no guest process {pid}", errno_mod.ESRCH, str(pid)
+                ) from exc
+            return
         script = f"kill -{int(signal)} -- -{int(pid)} 2>/dev/null; kill -{int(signal)} {int(pid)}"
         res = self.exec(h, ExecRequest(argv=["/bin/sh", "-c", script], cwd="/", timeout_s=10))
         if res.exit_code != 0:

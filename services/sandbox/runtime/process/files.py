@@ -12,6 +12,7 @@ import os
 import shutil
 import stat as stat_mod
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from services.sandbox.runtime.base import (
@@ -26,6 +27,9 @@ from services.sandbox.runtime.base import (
 from services.sandbox.runtime.process.host import (
     _guest_errno,
 )
+
+CHUNK = 256 * 1024
+"""Bytes per chunk of a streamed read."""
 
 
 class FilesMixin(Runtime):
@@ -95,6 +99,24 @@ class FilesMixin(Runtime):
                     f"{gpath} is larger than {limit} bytes", errno_mod.EFBIG, gpath
                 )
             return data
+        except OSError as exc:
+            raise _guest_errno(exc, gpath) from exc
+
+    def read_file_stream(self, h: VMHandle, path: str, limit: int | None = None) -> Iterator[bytes]:
+        gpath = normalize_guest_path(path)
+        host = self._host(h, gpath)
+        sent = 0
+        try:
+            if host.is_dir():
+                raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
+            with open(host, "rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    sent += len(chunk)
+                    if limit is not None and sent > limit:
+                        raise GuestFileTooLarge(
+                            f"{gpath} is larger than {limit} bytes", errno_mod.EFBIG, gpath
+                        )
+                    yield chunk
         except OSError as exc:
             raise _guest_errno(exc, gpath) from exc
 

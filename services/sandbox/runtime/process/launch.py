@@ -27,6 +27,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
 )
 from services.sandbox.runtime.portforward import PortForwarder, connect_in_netns
+from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.fstree import (
     OVERLAYS,
 )
@@ -39,6 +40,8 @@ from services.sandbox.runtime.process.host import (
 
 class LaunchMixin(Runtime):
     """create / stop / destroy, liveness and port forwards."""
+
+    _cgroups: CommandCgroups
 
     # -- lifecycle
 
@@ -212,6 +215,7 @@ class LaunchMixin(Runtime):
         deadline = time.monotonic() + 5
         while h.pid and _pid_ns(h.pid) == h.data.get("pid_ns") and time.monotonic() < deadline:
             time.sleep(0.005)
+        self._cgroups.remove_sandbox(h.sandbox_id)
         for ov in reversed(OVERLAYS):
             _umount(Path(h.workdir) / "mnt" / ov)
 

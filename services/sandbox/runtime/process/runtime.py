@@ -20,7 +20,9 @@ is new to the store. During the walk every process of the sandbox is stopped (SI
 layer is consistent, then continued.
 
 Not a security boundary: guest processes run as root in their namespaces with a reduced
-capability bounding set (Docker's default set); cpu/memory limits are not enforced.
+capability bounding set (Docker's default set); each command runs in its own pids cgroup under
+its sandbox's (:mod:`~.cgroups`: a fork bomb cannot starve the next command); cpu/memory limits
+are not enforced.
 Requires root (overlay mounts), ``bwrap`` (Debian: ``apt-get install bubblewrap``), and
 util-linux's ``nsenter`` and ``setpriv``.
 
@@ -42,6 +44,7 @@ from services.sandbox.runtime.base import (
     RuntimeUnavailable,
 )
 from services.sandbox.runtime.portforward import PortForwarder
+from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.checkpoints import CheckpointsMixin
 from services.sandbox.runtime.process.execs import ExecMixin
 from services.sandbox.runtime.process.files import FilesMixin
@@ -55,8 +58,9 @@ class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, File
     name = "process"
     capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=False)
 
-    def __init__(self, root: Path, bwrap: str | None = None) -> None:
+    def __init__(self, root: Path, bwrap: str | None = None, pids_max: int = 1024) -> None:
         self.root = Path(root)
+        self._cgroups = CommandCgroups(pids_max)
         self.images_dir = self.root / "images"
         self.bwrap = bwrap or shutil.which("bwrap")
         self.nsenter = shutil.which("nsenter")
@@ -76,7 +80,11 @@ class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, File
             return False, "nsenter/setpriv (util-linux) not on PATH"
         if os.geteuid() != 0:
             return False, "the process runtime mounts overlayfs and needs root"
-        return True, f"bubblewrap ({self.bwrap}) over overlayfs; checkpoints cover files only"
+        limits = self._cgroups.available()[1]
+        return (
+            True,
+            f"bubblewrap ({self.bwrap}) over overlayfs; checkpoints cover files only; {limits}",
+        )
 
     def _require(self) -> None:
         ok, why = self.available()
