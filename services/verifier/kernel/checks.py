@@ -126,7 +126,10 @@ class OutputJudge:
             raw = meta["raw"]
             words = np.frombuffer(raw[: len(raw) // 4 * 4], dtype=np.uint32)
             poison = int((words == POISON_SENTINEL).sum())
-            if poison:
+            if poison and poison == words.size:
+                self.flag("uninitialized_output", f"{where}: output {i} is all poison sentinel: a tensor an earlier "
+                          "call returned (poisoned after it: a cache) or memory never written")  # fmt: skip
+            elif poison:
                 self.flag(
                     "uninitialized_output",
                     f"{where}: {poison} words never written (poison sentinel)",

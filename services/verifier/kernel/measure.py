@@ -213,6 +213,10 @@ class Measurer:
                     self.found.side_cpu_ns.get(tid, 0) + v - c0.get(tid, 0)
                 )
         self.found.call_cpu_ns += call.cpu_ns
+        if set(c1) != set(c0):
+            came, went = sorted(set(c1) - set(c0)), sorted(set(c0) - set(c1))
+            self.found.flag("side_stream_or_thread",
+                            f"{where}: threads came {came} and went {went} during the call")  # fmt: skip
         others = call.running - {stub.pid}
         if others:
             self.found.flag(
