@@ -292,3 +292,19 @@ def test_tasks_load_from_the_folder_a_setting_names(
 def test_task_list(client: TestClient) -> None:
     tasks = client.get("/verify/tasks").json()
     assert "kda_step" in tasks["kernel"] and "heldout_factor" in tasks["submission"]
+
+
+def test_kernel_jobs_get_a_worker_of_their_own(monkeypatch) -> None:
+    from shared.queue import worker_groups
+
+    groups = {name: (queues, conc) for name, queues, conc in worker_groups("verifier")}
+    assert groups["verifier-kernel-worker"] == (["verifier.kernel"], 1)
+    assert "verifier.web" in groups["verifier-worker"][0]
+    assert "verifier.kernel" not in groups["verifier-worker"][0]
+    monkeypatch.setenv("K3STACK_VERIFIER__KERNEL_WORKERS", "0")
+    get_settings.cache_clear()
+    try:
+        (only,) = worker_groups("verifier")
+    finally:
+        get_settings.cache_clear()
+    assert "verifier.kernel" in only[1] and "verifier.web" in only[1]
