@@ -21,11 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,8 +84,6 @@ def main() -> None:
         sbx = load_settings(sandbox={"runtime": "auto", "reaper_interval_s": 3600})
         sandbox_server, sandbox_url = _serve(sandbox_app(sbx, background=False))
         os.environ["K3STACK_SANDBOX__URL"] = sandbox_url
-        import httpx
-
         infos = httpx.get(f"{sandbox_url}/runtimes").json()
         web_runtimes = [
             r["name"] for r in infos if r["name"] in args.web_runtimes.split(",") and r["available"]
@@ -165,17 +166,29 @@ def main() -> None:
                 )
             app_dir = Path(__file__).resolve().parents[1] / "tests/verifier/web_apps/correct"
             files = {p.name: p.read_text() for p in app_dir.iterdir()}
-            for runtime in web_runtimes:
-                os.environ["K3STACK_VERIFIER__WEB_RUNTIME"] = runtime
-                get_settings.cache_clear()
-                res, wall = job("/verify/web", {"task": "counter_todo", "files": files})
-                rows.append(
-                    (
-                        f"web (correct app, {runtime})",
-                        wall,
-                        f"in sandbox {res['sandbox_s']:.2f} s, reward {res['reward']:.3f}",
-                    )
-                )
+            busy = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(args.load)
+            ]
+            try:
+                for runtime in web_runtimes:
+                    os.environ["K3STACK_VERIFIER__WEB_RUNTIME"] = runtime
+                    get_settings.cache_clear()
+                    for i in range(args.web_jobs):
+                        res, wall = job("/verify/web", {"task": "counter_todo", "files": files})
+                        left = len(httpx.get(f"{sandbox_url}/sandboxes").json())
+                        rows.append(
+                            (
+                                f"web (correct app, {runtime}) #{i + 1}",
+                                wall,
+                                f"in sandbox {res['sandbox_s']:.2f} s, reward {res['reward']:.3f}, "
+                                f"{left} sandboxes left, {args.load} busy cores",
+                            )
+                        )
+            finally:
+                for p in busy:
+                    p.kill()
+                    p.wait()
             print("\njob kinds (end to end through the API)")
             for kind, wall, note in rows:
                 print(f"  {kind:36s} {wall:7.2f} s  {note}")
