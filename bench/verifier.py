@@ -54,6 +54,8 @@ def main() -> None:
     ap.add_argument(
         "--web-runtimes", default="microvm,process", help="runtimes to try, if available"
     )
+    ap.add_argument("--web-jobs", type=int, default=1, help="web jobs in a row per runtime")
+    ap.add_argument("--load", type=int, default=0, help="busy processes to run meanwhile (cores)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="k3s-bench-verifier-")
     os.environ.update(

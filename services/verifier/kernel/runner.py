@@ -86,6 +86,14 @@ def _host_binds() -> list[str]:
     return args
 
 
+def _gpu_binds(device: str) -> list[str]:
+    """A CUDA run needs the NVIDIA device nodes inside the sandbox (nothing else of /dev)."""
+    if not device.startswith("cuda"):
+        return []
+    nodes = sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+    return [arg for node in nodes for arg in ("--dev-bind", node, node)]
+
+
 def available() -> tuple[bool, str]:
     if not shutil.which("bwrap"):
         return False, "bwrap not on PATH (apt-get install bubblewrap)"
@@ -195,7 +203,7 @@ class Stub:
             # its virtualenv) that lives under /tmp stays visible inside the sandbox.
             "--size", str(tmp_bytes), "--tmpfs", "/tmp",
             *_host_binds(),
-            "--proc", "/proc", "--dev", "/dev",
+            "--proc", "/proc", "--dev", "/dev", *_gpu_binds(job.get("device", "cpu")),
             "--ro-bind", str(staging), "/k3s",
             "--chdir", "/tmp", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
