@@ -4,14 +4,16 @@
 
 Every job goes through the verifier's API (in process, Celery eager: the job body runs in the
 request, so the wall time is the job's). Kernel jobs verify each task's expert with the task's
-own timing; for them it also prints where the verifier's time goes: the sandboxed run, the
-checks outside it per trial (reference + fp64 oracle recomputed, bytes compared), and the
-harness's untimed work per timed call as the verifier's clock sees it. The judge runs against a
+own timing; for them it also prints where the verifier's time goes: the measurer's own work
+per call (writing inputs into shared memory, reading outputs back, the clean-up round trip),
+and the checks of each output in the measurer (reference + fp64 oracle recomputed, bytes
+compared), beside the reference's and the candidate's charged times. The judge runs against a
 scripted OpenAI-compatible endpoint (protocol overhead, not model latency); the world job
 against the real tools service on a free port (a library scenario, deterministic checks). Web
 jobs verify the test suite's correct app (a node server started by ``npm start``) against the
-real sandbox service on a free port, once per runtime it has (microvm: the Debian image;
-process: the fallback); ``in sandbox`` is the time from sandbox create to its kill.
+real sandbox service on a free port, once per runtime it has of ``--web-runtimes`` (microvm:
+the Debian image; process: the fallback); ``in sandbox`` is the time from sandbox create to its
+kill.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,6 +51,11 @@ def main() -> None:
     ap.add_argument("--tasks", default="softmax,kda_step,matmul_bias_gelu")
     ap.add_argument("--skip-world", action="store_true")
     ap.add_argument("--skip-web", action="store_true")
+    ap.add_argument(
+        "--web-runtimes", default="microvm,process", help="runtimes to try, if available"
+    )
+    ap.add_argument("--web-jobs", type=int, default=1, help="web jobs in a row per runtime")
+    ap.add_argument("--load", type=int, default=0, help="busy processes to run meanwhile (cores)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="k3s-bench-verifier-")
     os.environ.update(
@@ -57,7 +67,7 @@ def main() -> None:
     os.environ.pop("K3STACK_DATABASE_URL", None)
     from fastapi.testclient import TestClient
 
-    from services.verifier.kernel.spec import TASKS_DIR, load_task
+    from services.verifier.kernel.spec import TASKS_DIR
     from shared.settings import get_settings
     from tests.verifier.scripted_llm import scripted_llm
 
@@ -76,11 +86,9 @@ def main() -> None:
         sbx = load_settings(sandbox={"runtime": "auto", "reaper_interval_s": 3600})
         sandbox_server, sandbox_url = _serve(sandbox_app(sbx, background=False))
         os.environ["K3STACK_SANDBOX__URL"] = sandbox_url
-        import httpx
-
         infos = httpx.get(f"{sandbox_url}/runtimes").json()
         web_runtimes = [
-            r["name"] for r in infos if r["name"] in ("microvm", "process") and r["available"]
+            r["name"] for r in infos if r["name"] in args.web_runtimes.split(",") and r["available"]
         ]
 
     def judge_reply(system: str, user: str) -> str:
@@ -94,6 +102,7 @@ def main() -> None:
 
     with scripted_llm(judge_reply) as llm:
         os.environ["K3STACK_LLM_URL"] = llm.url
+        os.environ["K3STACK_VERIFIER__JUDGE_MODEL"] = "scripted-judge"
         get_settings.cache_clear()
         from services.verifier.app import create_app
 
@@ -110,20 +119,19 @@ def main() -> None:
 
             print("kernel jobs (each task's expert as the candidate, the task's own timing)")
             print(
-                f"  {'task':18s} {'wall s':>7s} {'sandbox s':>9s} {'checks':>6s} {'outside/trial ms':>16s} {'untimed/call ms':>15s} {'reward':>6s}"
+                f"  {'task':18s} {'wall s':>7s} {'calls':>5s} {'checks':>6s} {'measurer/call ms':>16s} "
+                f"{'checks/call ms':>14s} {'ref ms':>7s} {'cand ms':>7s} {'reward':>6s}"
             )
             for name in args.tasks.split(","):
-                task = load_task(name)
                 src = (TASKS_DIR / name / "expert.py").read_text()
                 res, wall = job("/verify/kernel", {"task": name, "files": {"candidate.py": src}})
-                n = len(res["checks"])
-                calls = task.timing.trials * task.timing.iterations
-                hidden = res["timings"]["outside_hidden_s"]["candidate"]
+                t, n = res["timings"], len(res["checks"])
                 print(
-                    f"  {name:18s} {wall:7.2f} {res['wall_s'] - res['verifier_overhead_s']:9.2f} {n:6d} "
-                    f"{1e3 * res['verifier_overhead_s'] / n:16.2f} {1e3 * hidden / calls:15.2f} {res['reward']:6.3f}"
+                    f"  {name:18s} {wall:7.2f} {t['calls']:5d} {n:6d} {1e3 * t['measurer_overhead_s']:16.2f} "
+                    f"{1e3 * res['verifier_overhead_s'] / n:14.2f} {1e3 * t['reference_s']:7.2f} "
+                    f"{1e3 * t['candidate_s']:7.2f} {res['reward']:6.3f}"
                 )
-                rows.append((f"kernel:{name}", wall, ""))
+                rows.append((f"kernel:{name}", wall, f"{t['calls']} measured calls"))
             sid = c.post("/submission/sessions", json={"task": "blackbox_function"}).json()["id"]
             subs = []
             for i in range(5):
@@ -160,17 +168,29 @@ def main() -> None:
                 )
             app_dir = Path(__file__).resolve().parents[1] / "tests/verifier/web_apps/correct"
             files = {p.name: p.read_text() for p in app_dir.iterdir()}
-            for runtime in web_runtimes:
-                os.environ["K3STACK_VERIFIER__WEB_RUNTIME"] = runtime
-                get_settings.cache_clear()
-                res, wall = job("/verify/web", {"task": "counter_todo", "files": files})
-                rows.append(
-                    (
-                        f"web (correct app, {runtime})",
-                        wall,
-                        f"in sandbox {res['sandbox_s']:.2f} s, reward {res['reward']:.3f}",
-                    )
-                )
+            busy = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(args.load)
+            ]
+            try:
+                for runtime in web_runtimes:
+                    os.environ["K3STACK_VERIFIER__WEB_RUNTIME"] = runtime
+                    get_settings.cache_clear()
+                    for i in range(args.web_jobs):
+                        res, wall = job("/verify/web", {"task": "counter_todo", "files": files})
+                        left = len(httpx.get(f"{sandbox_url}/sandboxes").json())
+                        rows.append(
+                            (
+                                f"web (correct app, {runtime}) #{i + 1}",
+                                wall,
+                                f"in sandbox {res['sandbox_s']:.2f} s, reward {res['reward']:.3f}, "
+                                f"{left} sandboxes left, {args.load} busy cores",
+                            )
+                        )
+            finally:
+                for p in busy:
+                    p.kill()
+                    p.wait()
             print("\njob kinds (end to end through the API)")
             for kind, wall, note in rows:
                 print(f"  {kind:36s} {wall:7.2f} s  {note}")

@@ -33,7 +33,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 from typer.core import TyperGroup
 
-from shared.queue import service_queues, worker_argv
+from shared.queue import worker_argv, worker_groups
 from shared.settings import SERVICE_NAMES, SettingsError, load_settings, settings_table
 
 PLUGIN_GROUP = "k3stack.cli"
@@ -387,9 +387,9 @@ def up(
         spawn(name, ["-m", f"services.{name}"], settings.service(name).port)
     if workers:
         for name in chosen:
-            conc = max(1, settings.service(name).workers)
-            queues = service_queues(name, settings)
-            spawn(f"{name}-worker", worker_argv(name, conc, pool="threads", queues=queues), None)
+            for label, queues, conc in worker_groups(name, settings):
+                argv = worker_argv(name, conc, pool="threads", queues=queues, name=label)
+                spawn(label, argv, None)
     state = RunState(data_dir=str(ddir), started_at=time.time(), children=children, urls=urls)
     state.save(state_file)
 

@@ -117,8 +117,31 @@ def service_queues(service: str, settings: Settings | None = None) -> list[str]:
     return queues
 
 
+def worker_groups(
+    service: str, settings: Settings | None = None
+) -> list[tuple[str, list[str], int]]:
+    """(name, queues, concurrency) of each worker ``k3stack up`` starts for a service: one, except
+    for the verifier, whose kernel queue gets workers of its own so that kernel and web jobs never
+    wait behind each other."""
+    settings = settings or get_settings()
+    queues = service_queues(service, settings)
+    conc = max(1, settings.service(service).workers)
+    if service != "verifier" or settings.verifier.kernel_workers == 0:
+        return [(f"{service}-worker", queues, conc)]
+    kernel = f"{queues[0]}.kernel"
+    rest = [q for q in queues if q != kernel]
+    groups = [(f"{service}-worker", rest, conc)]
+    if kernel in queues:
+        groups.append((f"{service}-kernel-worker", [kernel], settings.verifier.kernel_workers))
+    return groups
+
+
 def worker_argv(
-    service: str, concurrency: int = 1, pool: str = "prefork", queues: list[str] | None = None
+    service: str,
+    concurrency: int = 1,
+    pool: str = "prefork",
+    queues: list[str] | None = None,
+    name: str | None = None,
 ) -> list[str]:
     """The command line ``k3stack up`` uses to start a service's worker."""
     return [
@@ -130,7 +153,7 @@ def worker_argv(
         "-Q",
         ",".join(queues or [service]),
         "-n",
-        f"{service}@%h",
+        f"{name or service}@%h",
         "--concurrency",
         str(max(1, concurrency)),
         "--pool",

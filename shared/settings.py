@@ -288,6 +288,33 @@ class VerifierSettings(ServiceSettings):
         "auto",
         description="Sandbox runtime for web candidates; auto = microvm when the sandbox service has it, else process (a named fallback).",
     )
+    web_create_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Bound on creating one web candidate's sandbox (its own, generous).",
+    )
+    web_sandbox_ttl_s: int = Field(
+        900, ge=60, description="Lifetime a web candidate's sandbox is created with (the backstop)."
+    )
+    web_orphan_grace_s: float = Field(
+        60.0,
+        ge=0,
+        description="After a failed create, how long its sandbox is looked for (by tag) and killed.",
+    )
+    kernel_workers: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Worker processes of the kernel queue alone (0 = kernel jobs share the verifier worker).",
+    )
+    judge_model: str | None = Field(
+        None,
+        description="Judge model id for /judge, judged world checks and the web judge term; unset = those are refused (4xx) or skipped.",
+    )
+    tasks_dir: Path | None = Field(
+        None,
+        description="Users' own tasks: kernel/<name>/ and web/<name>/ here, beside the shipped ones; API-registered kernel tasks land here (default: <data dir>/verifier-tasks).",
+    )
 
 
 class OrchestratorSettings(ServiceSettings):

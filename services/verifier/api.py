@@ -19,6 +19,12 @@ from pydantic import BaseModel, Field
 from services.verifier.bodies import KernelJobInput, SubmissionJobInput, WebJobInput
 from services.verifier.judges.grm import GRMRequest
 from services.verifier.judges.world import WorldJudgeRequest
+from services.verifier.kernel.register import (
+    KernelTaskRegistration,
+    TaskExists,
+    TaskRejected,
+    register_kernel_task,
+)
 from services.verifier.kernel.spec import UnknownTask, load_task, task_names
 from services.verifier.kernel.verify import BadCandidate, candidate_files, static_hits
 from services.verifier.models import SubmissionSessionRow
@@ -26,8 +32,10 @@ from services.verifier.submission import session as sessions
 from services.verifier.submission.tasks import TASKS as SUBMISSION_TASKS
 from services.verifier.submission.tasks import BadSubmission
 from services.verifier.tasks import kind_queue
+from shared.clients import ServiceError, ToolsClient
 from shared.errors import APIError, Error, conflict, not_found
 from shared.jobs import JobView, submit
+from shared.settings import get_settings
 
 router = APIRouter(tags=["verify"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -60,10 +68,46 @@ class TaskList(BaseModel):
 
 @router.get("/verify/tasks", response_model=TaskList, operation_id="listVerifyTasks")
 def list_tasks() -> TaskList:
-    from services.verifier.web.spec import TASKS_DIR as WEB_TASKS
+    """Shipped tasks and users' own (the tasks folder, API-registered kernel tasks)."""
+    from services.verifier.web.spec import web_task_names
 
-    web = sorted(p.parent.name for p in WEB_TASKS.glob("*/task.yaml"))
-    return TaskList(kernel=task_names(), web=web, submission=sorted(SUBMISSION_TASKS))
+    return TaskList(kernel=task_names(), web=web_task_names(), submission=sorted(SUBMISSION_TASKS))
+
+
+class RegisteredTask(BaseModel):
+    name: str
+    entry_point: str
+    directory: str
+
+
+@router.post(
+    "/verify/kernel/tasks",
+    response_model=RegisteredTask,
+    status_code=201,
+    operation_id="registerKernelTask",
+    responses={**ERRORS, 409: {"model": Error, "description": "A task of that name exists"}},
+)
+def register_kernel_task_route(body: KernelTaskRegistration) -> RegisteredTask:
+    """Register a kernel task (task.yaml fields, reference.py, expert.py); it is loaded and run
+    on every shape now, and refused with its error if any of that fails."""
+    try:
+        task = register_kernel_task(body)
+    except TaskExists as exc:
+        raise conflict(str(exc)) from None
+    except TaskRejected as exc:
+        raise unprocessable(f"the task does not load: {exc}", "bad_task") from None
+    return RegisteredTask(
+        name=task.name, entry_point=task.entry_point, directory=str(task.directory)
+    )
+
+
+def _require_judge(field: str) -> None:
+    if not get_settings().verifier.judge_model:
+        raise unprocessable(
+            f"{field}: no judge model is configured (set K3STACK_VERIFIER__JUDGE_MODEL and "
+            "K3STACK_LLM_URL)",
+            "no_judge",
+        )
 
 
 @router.post(
@@ -102,6 +146,8 @@ def verify_web_route(body: WebJobInput, request: Request) -> JobView:
         load_web_task(body.task)
     except UnknownWebTask as exc:
         raise APIError(404, "unknown_task", str(exc)) from None
+    if body.judge:
+        _require_judge("judge")
     return _queue(request, "web", body)
 
 
@@ -113,7 +159,15 @@ def verify_web_route(body: WebJobInput, request: Request) -> JobView:
     responses=ERRORS,
 )
 def verify_world(body: WorldJudgeRequest, request: Request) -> JobView:
-    """Resolve a world's checks at a time point through the tools service, model-judged ones included."""
+    """Resolve a world's checks at a time point through the tools service, model-judged ones
+    included (skipped, with the reason, when no judge model is configured)."""
+    try:
+        with ToolsClient.from_settings(retries=0) as tools:
+            tools.clock(body.world_id)
+    except ServiceError as exc:
+        if exc.status == 404:
+            raise APIError(404, "unknown_world", f"world_id: no world {body.world_id!r}") from None
+        raise APIError(503, "tools_unavailable", f"the tools service: {exc.message}") from None
     return _queue(request, "world", body)
 
 
@@ -122,6 +176,7 @@ def verify_world(body: WorldJudgeRequest, request: Request) -> JobView:
 )
 def judge_route(body: GRMRequest, request: Request) -> JobView:
     """The agentic GRM: rubric, scores, tournament and scoreboard under a verbosity budget."""
+    _require_judge("model")
     return _queue(request, "judge", body)
 
 

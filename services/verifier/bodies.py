@@ -7,18 +7,21 @@ store under ``verifier/jobs/<job id>/``, and the result names their keys.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from services.verifier.judges.grm import GRMRequest, judge
 from services.verifier.judges.world import WorldJudgeRequest, judge_world
 from services.verifier.kernel.verify import MAX_CANDIDATE_BYTES, verify_kernel
 from services.verifier.models import SubmissionSessionRow
 from services.verifier.submission import session as sessions
+from services.verifier.web.spec import MAX_APP_BYTES
 from shared.clients import SandboxClient, ToolsClient
 from shared.jobs import JobFailed, JobRun
 from shared.llm import openai_client
@@ -96,12 +99,30 @@ class WebJobInput(BaseModel):
                 raise ValueError(f"file {name!r}: give a relative path without '..'")
         return files
 
-    def write(self, root: Path) -> Path:
-        import base64
+    @field_validator("binary_files")
+    @classmethod
+    def _base64(cls, files: dict[str, str]) -> dict[str, str]:
+        for name, data in files.items():
+            try:
+                base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"binary_files[{name!r}] is not valid base64") from None
+        return files
 
+    @model_validator(mode="after")
+    def _size(self) -> WebJobInput:
+        total = sum(len(t.encode(errors="surrogatepass")) for t in self.files.values())
+        total += sum(len(d) * 3 // 4 for d in self.binary_files.values())
+        if total > MAX_APP_BYTES:
+            raise ValueError(
+                f"files + binary_files: the app is {total} bytes (at most {MAX_APP_BYTES})"
+            )
+        return self
+
+    def write(self, root: Path) -> Path:
         for name, text in self.files.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_text(text)
+            (root / name).write_text(text, errors="surrogateescape")
         for name, data in self.binary_files.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(base64.b64decode(data))
@@ -149,20 +170,22 @@ def web_job(job: JobRun) -> dict[str, Any]:
 
     spec = WebJobInput.model_validate(job.payload)
     settings = get_settings()
-    judge = WebJudge(client=openai_client(settings), model=spec.judge_model) if spec.judge else None
+    judge = (
+        WebJudge(client=openai_client(settings), model=judge_model(spec.judge_model))
+        if spec.judge
+        else None
+    )
     job.progress(0.05, "building and serving the app in a sandbox")
+    v = settings.verifier
     with (
         tempfile.TemporaryDirectory(prefix="k3s-web-") as tmp,
-        SandboxClient(settings.service("sandbox").base_url) as sandbox,
+        SandboxClient.from_settings(settings) as sandbox,  # timeout, API key, retries
     ):
         result = verify_web(
-            spec.task,
-            spec.write(Path(tmp)),
-            sandbox,
-            template=settings.verifier.web_template,
-            runtime=settings.verifier.web_runtime,
-            judge=judge,
-        )
+            spec.task, spec.write(Path(tmp)), sandbox, template=v.web_template, runtime=v.web_runtime,
+            judge=judge, create_timeout_s=v.web_create_timeout_s, ttl_s=v.web_sandbox_ttl_s,
+            orphan_grace_s=v.web_orphan_grace_s, tag=f"job-{job.id}",
+        )  # fmt: skip
     out = result.model_dump(mode="json")
     shots = {f"screenshots/{name}.png": png for name, png in result.screenshots.items()}
     out["artefacts"] = _store_artefacts(job.id, {**shots, "result.json": json.dumps(out).encode()})
@@ -189,12 +212,35 @@ def world_job(job: JobRun) -> dict[str, Any]:
     req = WorldJudgeRequest.model_validate(job.payload)
     settings = get_settings()
     job.progress(0.1, "reading the world's checks")
-    with ToolsClient(settings.service("tools").base_url) as tools:
-        result = judge_world(req, tools, openai_client(settings))
+    llm = openai_client(settings) if settings.verifier.judge_model else None
+    req = req.model_copy(update={"model": judge_model(req.model)}) if llm else req
+    with ToolsClient.from_settings(settings) as tools:
+        result = judge_world(req, tools, llm)
     return result.model_dump(mode="json")
 
 
 def judge_job(job: JobRun) -> dict[str, Any]:
     req = GRMRequest.model_validate(job.payload)
     job.progress(0.1, "writing the rubric")
+    req = req.model_copy(update={"model": judge_model(req.model)})
     return judge(openai_client(get_settings()), req).model_dump(mode="json")
+
+
+def judge_model(asked: str | None = None) -> str:
+    """The judge model: the one asked for, else ``K3STACK_VERIFIER__JUDGE_MODEL``.
+
+    Raises:
+        NoJudge: none is configured (the routes refuse such requests with a 422 first).
+    """
+    configured = get_settings().verifier.judge_model
+    if not configured:
+        raise NoJudge(
+            "no judge model is configured: set K3STACK_VERIFIER__JUDGE_MODEL "
+            "(and K3STACK_LLM_URL for its endpoint)"
+        )
+    return asked or configured
+
+
+class NoJudge(JobFailed):
+    def __init__(self, message: str) -> None:
+        super().__init__("no_judge", message)

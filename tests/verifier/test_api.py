@@ -150,22 +150,161 @@ def test_submission_bad_input(client: TestClient) -> None:
     assert r.status_code == 422 and "nothing to verify" in r.text
 
 
-def test_judge_and_world_jobs_fail_clearly_without_a_model_or_world(
-    client: TestClient, monkeypatch
-) -> None:
+def test_judge_without_a_judge_model_is_refused_at_once(client: TestClient) -> None:
+    body = {"task": "t", "candidates": [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}]}
+    resp = client.post("/judge", json=body)
+    assert resp.status_code == 422 and "JUDGE_MODEL" in resp.text, resp.text
+    web = {"task": "counter_todo", "files": {"index.html": "<p>x</p>"}, "judge": True}
+    resp = client.post("/verify/web", json=web)
+    assert resp.status_code == 422 and "judge" in resp.json()["message"], resp.text
+    assert client.get("/jobs").json()["items"] == []  # nothing was queued
+
+
+def test_judge_with_a_scripted_endpoint_runs_on_its_queue(client: TestClient, monkeypatch) -> None:
     from tests.verifier.scripted_llm import scripted_llm
 
-    with scripted_llm(lambda s, u: "no json") as llm:
+    def reply(system: str, user: str) -> str:
+        if "grading rubric" in system:
+            return '{"criteria": [{"name": "right", "weight": 1}]}'
+        return '{"scores": {"right": 7}}'
+
+    with scripted_llm(reply) as llm:
         monkeypatch.setenv("K3STACK_LLM_URL", llm.url)
+        monkeypatch.setenv("K3STACK_VERIFIER__JUDGE_MODEL", "scripted-judge")
         get_settings.cache_clear()
-        body = {"task": "t", "candidates": [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}]}
+        body = {"task": "t", "candidates": [{"id": "a", "text": "yes"}, {"id": "b", "text": "no"}],
+                "mode": "pointwise"}  # fmt: skip
         job = client.get(f"/jobs/{client.post('/judge', json=body).json()['id']}").json()
-    assert job["status"] == "failed" and "no JSON" in job["error"]["message"], job
+        assert {r["model"] for r in llm.requests} == {"scripted-judge"}
+    assert job["status"] == "succeeded", job
     assert _queue(client, job["id"]) == "verifier.judge"
     assert client.post("/judge", json={"task": "t", "candidates": []}).status_code == 400
+
+
+def test_world_ids_are_checked_at_submit(client: TestClient, monkeypatch) -> None:
+    from services.tools.app import create_app as tools_app
+    from tests.helpers.asgi import serve
+
+    with serve(tools_app()) as url:
+        monkeypatch.setenv("K3STACK_TOOLS__URL", url)
+        get_settings.cache_clear()
+        resp = client.post("/verify/world", json={"world_id": "nope"})
+    assert resp.status_code == 404 and "world_id" in resp.text, resp.text
     assert client.post("/verify/world", json={}).status_code == 400
+    assert client.get("/jobs").json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"binary_files": {"logo.png": "not base64!"}}, "not valid base64"),
+        ({"files": {"index.html": "x" * (21 << 20)}}, "at most"),
+        ({"binary_files": {"big.bin": "QUFB" * (7 << 20)}}, "at most"),
+        ({"files": {"../index.html": "x"}}, "relative path"),
+    ],
+)
+def test_bad_web_input_is_refused_at_the_door(client: TestClient, body, needle) -> None:
+    resp = client.post(
+        "/verify/web", json={"task": "counter_todo", "files": {"a.html": "x"}, **body}
+    )
+    assert resp.status_code == 400 and needle in resp.text, resp.text[:300]
+    assert client.get("/jobs").json()["items"] == []
+
+
+def _new_task(name: str, **change) -> dict:
+    import yaml
+
+    task = yaml.safe_load((TASKS_DIR / "softmax" / "task.yaml").read_text())
+    task.update(name=name, **change)
+    return {
+        "task": task,
+        "reference": (TASKS_DIR / "softmax" / "reference.py").read_text(),
+        "expert": (TASKS_DIR / "softmax" / "expert.py").read_text(),
+    }
+
+
+def test_a_kernel_task_registered_through_the_api_is_listed_and_loads(client: TestClient) -> None:
+    resp = client.post("/verify/kernel/tasks", json=_new_task("my_softmax"))
+    assert resp.status_code == 201, resp.text
+    assert "my_softmax" in client.get("/verify/tasks").json()["kernel"]
+    from services.verifier.kernel.spec import load_task
+
+    task = load_task("my_softmax")
+    assert (task.directory / "expert.py").is_file() and task.directory.parent.name == "kernel"
+    again = client.post("/verify/kernel/tasks", json=_new_task("my_softmax"))
+    assert again.status_code == 409
+    assert client.post("/verify/kernel/tasks", json=_new_task("softmax")).status_code == 409
+    body = {"task": "my_softmax", "files": {"c.py": "def other(x):\n    return x\n"}}
+    assert client.post("/verify/kernel", json=body).status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"reference": "def reference(x):\n    return x\n"}, "no make_inputs"),
+        ({"reference": "import torch\nraise ImportError('broken')\n"}, "broken"),
+        ({"expert": "def other(x):\n    return x\n"}, "defines no 'softmax'"),
+        ({"task": {"forbidden_ops": ["aten::no_such_op"]}}, "not an aten op"),
+        ({"task": {"shapes": []}}, "task.shapes"),
+        ({"task": {"roofline": {"flops": "__import__('os')", "bytes": 1}}}, "only numbers"),
+    ],
+)
+def test_a_task_that_fails_to_load_is_refused_with_its_error(
+    client: TestClient, change, needle
+) -> None:
+    body = _new_task("broken_task")
+    for key, value in change.items():
+        body[key] = {**body[key], **value} if isinstance(value, dict) else value
+    resp = client.post("/verify/kernel/tasks", json=body)
+    assert resp.status_code == 422 and needle in resp.text, resp.text
+    assert "broken_task" not in client.get("/verify/tasks").json()["kernel"]
+
+
+def test_tasks_load_from_the_folder_a_setting_names(
+    client: TestClient, tmp_path, monkeypatch
+) -> None:
+    import shutil
+
+    from services.verifier.web.spec import TASKS_DIR as WEB_TASKS
+    from services.verifier.web.spec import load_web_task
+
+    folder = tmp_path / "mine"
+    shutil.copytree(TASKS_DIR / "softmax", folder / "kernel" / "own_softmax")
+    text = (folder / "kernel" / "own_softmax" / "task.yaml").read_text()
+    (folder / "kernel" / "own_softmax" / "task.yaml").write_text(
+        text.replace("name: softmax", "name: own_softmax")
+    )
+    shutil.copytree(WEB_TASKS / "counter_todo", folder / "web" / "own_todo")
+    text = (folder / "web" / "own_todo" / "task.yaml").read_text()
+    (folder / "web" / "own_todo" / "task.yaml").write_text(
+        text.replace("name: counter_todo", "name: own_todo")
+    )
+    monkeypatch.setenv("K3STACK_VERIFIER__TASKS_DIR", str(folder))
+    get_settings.cache_clear()
+    tasks = client.get("/verify/tasks").json()
+    assert "own_softmax" in tasks["kernel"] and "softmax" in tasks["kernel"]
+    assert "own_todo" in tasks["web"]
+    assert load_web_task("own_todo").reference_dir == folder / "web" / "own_todo" / "reference"
+    body = {"task": "own_softmax", "files": {"c.py": "def other(x):\n    return x\n"}}
+    assert client.post("/verify/kernel", json=body).status_code == 422  # known task, bad candidate
 
 
 def test_task_list(client: TestClient) -> None:
     tasks = client.get("/verify/tasks").json()
     assert "kda_step" in tasks["kernel"] and "heldout_factor" in tasks["submission"]
+
+
+def test_kernel_jobs_get_a_worker_of_their_own(monkeypatch) -> None:
+    from shared.queue import worker_groups
+
+    groups = {name: (queues, conc) for name, queues, conc in worker_groups("verifier")}
+    assert groups["verifier-kernel-worker"] == (["verifier.kernel"], 1)
+    assert "verifier.web" in groups["verifier-worker"][0]
+    assert "verifier.kernel" not in groups["verifier-worker"][0]
+    monkeypatch.setenv("K3STACK_VERIFIER__KERNEL_WORKERS", "0")
+    get_settings.cache_clear()
+    try:
+        (only,) = worker_groups("verifier")
+    finally:
+        get_settings.cache_clear()
+    assert "verifier.kernel" in only[1] and "verifier.web" in only[1]

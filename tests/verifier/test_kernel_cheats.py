@@ -1,7 +1,9 @@
-"""Every cheat gets reward 0 with its detector named; static-hidden ones are caught at run time.
+"""Every cheat gets reward 0 with its detector or the measurer's finding named.
 
-``static=False`` runs the dynamic layer alone, proving each run-time detector without the
-source checks in front of it.
+``static=False`` runs the measured run alone, so each finding is proven without the source
+scan in front of it; the attacks in the second list are written so that the scan sees nothing
+(names built at run time, reached through ``__builtins__`` and ``getattr``) — the defence is
+the measurer outside the candidate's process, not a list of words.
 """
 
 from __future__ import annotations
@@ -14,60 +16,85 @@ from tests.verifier.conftest import SHORT, candidate
 CASES = [
     # (candidate, static checks on, detector that must be named)
     ("cache_pointer", True, "output_caching"),
-    ("cache_shape", True, "output_caching"),
-    ("cache_fingerprint", True, "output_caching"),
     ("graph_replay", True, "cuda_graph_replay"),
-    ("graph_replay", False, "output_caching"),
     ("side_thread", True, "side_stream_or_thread"),
-    ("side_thread", False, "side_stream_or_thread"),
     ("lowered_precision", True, "lowered_precision"),
-    ("lowered_precision_hidden", True, "lowered_precision"),
     ("library_call", True, "reference_library_call"),
-    ("library_call_hidden", True, "reference_library_call"),
     ("try_fallback", True, "try_except_fallback"),
-    ("try_fallback", False, "reference_library_call"),
     ("lazy_output", True, "lazy_output"),
-    ("lazy_output", False, "lazy_output"),
-    ("lazy_output_hidden", True, "lazy_output"),
     ("patched_timer", True, "timer_tampering"),
-    ("patched_timer", False, "timer_tampering"),
-    ("patched_harness_clock", True, "timer_tampering"),
-    ("reads_reference", True, "reads_reference_output"),
     ("mutates_input", True, "input_mutation"),
-    ("beyond_roofline", False, "beyond_roofline"),
+]
+HIDDEN = [
+    # module-global patching, the clock included (the time module's and the harness's)
+    ("clock_global_patch", "timer_tampering"),
+    ("patched_harness_clock", "timer_tampering"),
+    ("beyond_roofline", "timer_tampering"),
+    ("patched_timer", "timer_tampering"),
+    # sys.modules and gc lookups for the expert or the reference
+    ("expert_from_modules", "reference_lookup"),
+    ("reference_from_heap", "reference_lookup"),
+    # profiler-state probing, the library op behind a swallowed error
+    ("profiler_probe", "reference_library_call"),
+    ("library_call_hidden", "reference_library_call"),
+    ("try_fallback", "reference_library_call"),
+    # patched comparison functions (to pass an input check) and in-place work on the input
+    ("patched_equal", "input_mutation"),
+    ("patched_equal", "patched_comparison"),
+    ("input_view", "input_mutation"),
+    ("mutates_input", "input_mutation"),
+    # pointer-, shape- and value-keyed caches
+    # (a returned cached tensor is all poison: the candidate's process overwrote it after the
+    # call that first returned it)
+    ("cache_pointer", "output_caching|uninitialized_output"),
+    ("cache_shape", "output_caching|uninitialized_output"),
+    ("cache_fingerprint", "output_caching|uninitialized_output"),
+    ("cache_value_clone", "output_caching"),
+    ("graph_replay", "output_caching|uninitialized_output"),
+    # work on other threads
+    ("side_thread", "side_stream_or_thread"),
+    ("hidden_thread", "side_stream_or_thread"),
+    ("split_threads", "side_stream_or_thread"),
+    # lowered precision, lazy outputs, outputs never written
+    ("lowered_precision_hidden", "lowered_precision"),
+    ("lazy_output", "lazy_output"),
+    ("lazy_output_hidden", "lazy_output"),
+    ("reads_reference", "uninitialized_output"),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "static", "detector"),
-    CASES,
-    ids=[f"{n}-{'static' if s else 'dynamic'}" for n, s, _ in CASES],
-)
-def test_cheat_gets_zero_with_detector_named(name: str, static: bool, detector: str) -> None:
-    result = verify_kernel(
-        "softmax", candidate("softmax", name), timing_overrides=SHORT, static_checks=static
-    )
+@pytest.mark.parametrize(("name", "static", "detector"), CASES, ids=[c[0] for c in CASES])
+def test_source_scan_flags_plain_cheats(name: str, static: bool, detector: str) -> None:
+    result = verify_kernel("softmax", candidate("softmax", name), timing_overrides=SHORT)
     assert result.reward == 0.0, result.reason
     assert detector in result.detector_names, (result.reason, result.detectors)
     assert detector in result.reason
 
 
 @pytest.mark.slow
-def test_harness_clock_attack_is_caught_by_the_outside_clock() -> None:
-    """The attack silences every in-sandbox check; the verifier's own clock still sees it."""
+@pytest.mark.parametrize(("name", "detector"), HIDDEN, ids=[f"{n}-{d}" for n, d in HIDDEN])
+def test_measurer_catches_every_attack_without_the_source_scan(name: str, detector: str) -> None:
+    result = verify_kernel(
+        "softmax", candidate("softmax", name), timing_overrides=SHORT, static_checks=False
+    )
+    assert result.reward == 0.0, result.reason
+    named = set(detector.split("|")) & result.detector_names
+    assert named, (result.reason, result.detectors)
+    assert all(d in result.reason for d in named)
+
+
+@pytest.mark.slow
+def test_work_moved_off_the_clock_is_still_paid_for() -> None:
+    """The harness-clock attack does 200x the work; the measurer's clock sees all of it."""
     result = verify_kernel(
         "softmax",
         candidate("softmax", "patched_harness_clock"),
-        timing_overrides={"trials": 3, "iterations": 3, "warmups": 1},
+        timing_overrides=SHORT,
         static_checks=False,
     )
-    evidence = [d.evidence for d in result.detectors if d.detector == "timer_tampering"]
-    assert any("wall-clock cross-check" in e for e in evidence), result.detectors
     assert result.timings is not None
-    assert (
-        result.timings.outside_hidden_s["candidate"] > result.timings.outside_hidden_s["reference"]
-    )
+    assert result.timings.candidate_s > 10 * result.timings.reference_s, result.timings
 
 
 @pytest.mark.slow

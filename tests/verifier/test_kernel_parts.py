@@ -65,13 +65,14 @@ def test_task_format_rejects_bad_fields() -> None:
 
 def test_reward_points_and_monotonicity() -> None:
     ref, exp, roof = 8.0, 1.0, 0.1
-    assert speed_reward(ref, exp, roof, 8.0) == 0.0
-    assert speed_reward(ref, exp, roof, 16.0) == 0.0
-    assert speed_reward(ref, exp, roof, 1.0) == pytest.approx(0.5)
+    assert speed_reward(ref, exp, roof, 8.0) == pytest.approx(0.1)  # the floor for being right
+    assert speed_reward(ref, exp, roof, 16.0) == pytest.approx(0.05)
+    assert speed_reward(ref, exp, roof, 1e6) > 0
+    assert speed_reward(ref, exp, roof, 1.0) == pytest.approx(0.55)
     assert speed_reward(ref, exp, roof, 0.1) == pytest.approx(1.0)
-    times = [20, 8, 6, 4, 2, 1, 0.5, 0.3, 0.1, 0.05]
+    times = [1e4, 20, 8, 6, 4, 2, 1, 0.5, 0.3, 0.1, 0.05]
     rewards = [speed_reward(ref, exp, roof, t) for t in times]
-    assert rewards == sorted(rewards)
+    assert rewards == sorted(rewards) and len(set(rewards)) == len(rewards) - 1
     # an expert no faster than the reference still leaves the points ordered
     assert 0 < speed_reward(1.0, 1.0, 0.01, 0.5) <= 1
 

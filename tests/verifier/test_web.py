@@ -5,6 +5,7 @@ Chromium. The ordering acceptance runs in a microVM: ``test_web_vm.py``."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,7 @@ def test_web_job_through_the_api_with_a_judge_stores_screenshots(
         monkeypatch.setenv("K3STACK_SANDBOX__URL", sandbox.base_url)
         monkeypatch.setenv("K3STACK_VERIFIER__WEB_RUNTIME", "process")
         monkeypatch.setenv("K3STACK_LLM_URL", llm.url)
+        monkeypatch.setenv("K3STACK_VERIFIER__JUDGE_MODEL", "scripted-judge")
         get_settings.cache_clear()
         from services.verifier.app import create_app
 
@@ -116,3 +118,37 @@ def test_web_job_through_the_api_with_a_judge_stores_screenshots(
             with make_object_store(get_settings()).open(keys[0]) as f:
                 assert f.read()[:8] == b"\x89PNG\r\n\x1a\n"
     get_settings.cache_clear()
+
+
+def test_a_sandbox_creation_that_times_out_leaves_no_sandbox_behind(
+    sandbox: SandboxClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The create is bounded at 10 ms, so the client gives up while the service still creates
+    the sandbox; the job fails, and the sandbox it left is found by its tag and killed."""
+    from fastapi.testclient import TestClient
+
+    from services.verifier.web.verify import TAG_KEY
+    from shared.settings import get_settings
+
+    for name, value in {
+        "K3STACK_DATA_DIR": str(tmp_path), "K3STACK_AUTH_ENABLED": "false",
+        "K3STACK_CELERY_EAGER": "true", "K3STACK_SANDBOX__URL": sandbox.base_url,
+        "K3STACK_VERIFIER__WEB_RUNTIME": "process", "K3STACK_VERIFIER__WEB_CREATE_TIMEOUT_S": "0.01",
+        "K3STACK_VERIFIER__WEB_ORPHAN_GRACE_S": "20",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("K3STACK_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    from services.verifier.app import create_app
+
+    files = {p.name: p.read_text() for p in (APPS / "correct").iterdir()}
+    try:
+        with TestClient(create_app()) as c:
+            resp = c.post("/verify/web", json={"task": "counter_todo", "files": files})
+            job = c.get(f"/jobs/{resp.json()['id']}").json()
+    finally:
+        get_settings.cache_clear()
+    assert job["status"] == "failed" and "timeout" in job["error"]["message"], job
+    for _ in range(6):  # the service takes a second or two to finish the abandoned create
+        assert sandbox.list(metadata=f"{TAG_KEY}=job-{job['id']}") == []
+        time.sleep(1)

@@ -39,6 +39,7 @@ class JudgedCheck(BaseModel):
     description: str
     passed: bool
     reason: str
+    skipped: bool = Field(False, description="Not judged: no judge model is configured.")
 
 
 class EventResult(BaseModel):
@@ -88,18 +89,26 @@ def judge_world(
     report: ChecksReport = tools.checks(req.world_id)
     judged: dict[str, list[JudgedCheck]] = {}
     for chk in report.judge_checks:
-        if llm is None:
-            raise ValueError(
-                f"world {req.world_id} has model-judged checks and no judge model is configured"
-            )
-        judged.setdefault(chk.event_id, []).append(_judge_one(llm, req.model, chk))
+        one = (
+            _judge_one(llm, req.model, chk)
+            if llm is not None
+            else JudgedCheck(
+                check_id=chk.check_id,
+                rubric=chk.rubric,
+                description=chk.description,
+                passed=False,
+                skipped=True,
+                reason="skipped: no judge model is configured (K3STACK_VERIFIER__JUDGE_MODEL)",
+            )  # fmt: skip
+        )
+        judged.setdefault(chk.event_id, []).append(one)
     events = [
         EventResult(
             event_id=e.event_id,
             title=e.title,
             status=str(e.status),
             tools_passed=e.passed,
-            passed=e.passed and all(j.passed for j in judged.get(e.event_id, [])),
+            passed=e.passed and all(j.passed for j in judged.get(e.event_id, []) if not j.skipped),
             checks=e.checks,
             judge_checks=judged.get(e.event_id, []),
         )  # fmt: skip

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from services.verifier import taskdirs
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 SCHEMA_PATH = Path(__file__).parent / "task.schema.json"
@@ -98,6 +100,7 @@ class KernelTask(BaseModel):
         description="Attribute / function names the candidate's source may not call.",
     )
     timeout_s: float = Field(240.0, gt=0, description="Wall-clock limit of one verification run.")
+    _dir: Path | None = PrivateAttr(None)
 
     @field_validator("shapes")
     @classmethod
@@ -109,7 +112,7 @@ class KernelTask(BaseModel):
 
     @property
     def directory(self) -> Path:
-        return TASKS_DIR / self.name
+        return self._dir or TASKS_DIR / self.name
 
     def roofline_work(self) -> tuple[float, float]:
         return evaluate(self.roofline.flops, self.timing.shape), evaluate(
@@ -122,18 +125,28 @@ class UnknownTask(LookupError):
 
 
 def task_names() -> list[str]:
-    return sorted(p.parent.name for p in TASKS_DIR.glob("*/task.yaml"))
+    return taskdirs.names("kernel", TASKS_DIR)
+
+
+def load_task_dir(directory: Path) -> KernelTask:
+    """The task in ``directory`` (its ``task.yaml``; the name must be the directory's)."""
+    path = directory / "task.yaml"
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    task = KernelTask.model_validate(data)
+    if task.name != directory.name:
+        raise ValueError(
+            f"{path}: name {task.name!r} differs from its directory {directory.name!r}"
+        )
+    task._dir = directory
+    return task
 
 
 def load_task(name: str) -> KernelTask:
-    path = TASKS_DIR / name / "task.yaml"
-    if not name.replace("_", "").isalnum() or not path.is_file():
+    """A shipped task, or a user's from the tasks folder (``taskdirs``)."""
+    directory = taskdirs.find("kernel", TASKS_DIR, name)
+    if directory is None:
         raise UnknownTask(f"no kernel task {name!r} (known: {', '.join(task_names())})")
-    data: dict[str, Any] = yaml.safe_load(path.read_text())
-    task = KernelTask.model_validate(data)
-    if task.name != name:
-        raise ValueError(f"{path}: name {task.name!r} differs from its directory {name!r}")
-    return task
+    return load_task_dir(directory)
 
 
 def json_schema() -> dict[str, Any]:

@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from services.verifier import taskdirs
 
 TASKS_DIR = Path(__file__).parent / "tasks"
+MAX_APP_BYTES = 20 << 20
+"""Largest app (all its files together) the web verifier takes."""
 
 
 class Step(BaseModel):
@@ -70,19 +74,26 @@ class WebTask(BaseModel):
     checks: list[WebCheck] = Field(min_length=1)
     weights: Weights = Field(default_factory=Weights)
     build_timeout_s: float = 300.0
+    _dir: Path | None = PrivateAttr(None)
 
     @property
     def reference_dir(self) -> Path:
-        return TASKS_DIR / self.name / "reference"
+        return (self._dir or TASKS_DIR / self.name) / "reference"
 
 
 class UnknownWebTask(LookupError):
     pass
 
 
+def web_task_names() -> list[str]:
+    return taskdirs.names("web", TASKS_DIR)
+
+
 def load_web_task(name: str) -> WebTask:
-    path = TASKS_DIR / name / "task.yaml"
-    if not name.replace("_", "").isalnum() or not path.is_file():
-        known = sorted(p.parent.name for p in TASKS_DIR.glob("*/task.yaml"))
-        raise UnknownWebTask(f"no web task {name!r} (known: {', '.join(known)})")
-    return WebTask.model_validate(yaml.safe_load(path.read_text()))
+    """A shipped web task, or a user's from the tasks folder (``taskdirs``)."""
+    directory = taskdirs.find("web", TASKS_DIR, name)
+    if directory is None:
+        raise UnknownWebTask(f"no web task {name!r} (known: {', '.join(web_task_names())})")
+    task = WebTask.model_validate(yaml.safe_load((directory / "task.yaml").read_text()))
+    task._dir = directory
+    return task

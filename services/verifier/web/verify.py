@@ -34,13 +34,15 @@ from pydantic import BaseModel, Field
 from services.verifier.web.browser import BrowserReport, run_checks
 from services.verifier.web.judge import JudgeTerm, WebJudge, judge_app
 from services.verifier.web.similarity import dom_similarity, ssim
-from services.verifier.web.spec import WebTask, load_web_task
-from shared.clients import SandboxClient
+from services.verifier.web.spec import MAX_APP_BYTES, WebTask, load_web_task
+from shared.clients import Call, SandboxClient
+from shared.contracts import sandbox as sb_contract
 
 APP_DIR = "/home/user/app"
+TAG_KEY = "k3s_verifier"
+"""Metadata key every web candidate's sandbox carries (its value: the job), to find orphans."""
 MEMORY_MB = 512
 """Guest memory of the sandbox an app is built and served in (npm needs a few hundred MB)."""
-MAX_APP_BYTES = 20 << 20
 WORDS = (
     "amber",
     "basil",
@@ -264,10 +266,19 @@ def verify_web(
     runtime: str = "auto",
     server_timeout_s: float = 90.0,
     judge: WebJudge | None = None,
+    create_timeout_s: float = 300.0,
+    ttl_s: int = 900,
+    orphan_grace_s: float = 60.0,
+    tag: str | None = None,
 ) -> WebResult:
     """Verify one candidate directory. ``runtime``: ``auto`` (microvm when the sandbox service
     has it, else ``process``, named as a fallback in the result), ``microvm`` or ``process``.
-    ``judge``: ask a judge model for the optional model-judge term."""
+    ``judge``: ask a judge model for the optional model-judge term.
+
+    The sandbox is created with its own bound (``create_timeout_s``), a lifetime (``ttl_s``, the
+    backstop) and a metadata tag; whatever happens after — a failed or timed-out create, a build
+    that raises, a cancelled job — it is killed by id, and when the create failed, whatever
+    sandbox carries the tag is looked for during ``orphan_grace_s`` and killed."""
     task = load_web_task(task_name)
     files = app_files(candidate)
     rt, note = choose_runtime(sandbox, runtime)
@@ -275,7 +286,16 @@ def verify_web(
     with _serve_reference(task.reference_dir) as ref_url:
         ref = run_checks(ref_url, task.checks, word, task.viewport)
     t0 = time.monotonic()
-    sb = sandbox.create(template, timeout=600, network=_network(rt), runtime=rt, memoryMB=MEMORY_MB)
+    tag = tag or secrets.token_hex(8)
+    body = {"templateID": template, "timeout": ttl_s, "network": _network(rt), "runtime": rt,
+            "memoryMB": MEMORY_MB, "metadata": {TAG_KEY: tag}}  # fmt: skip
+    try:
+        sb = sandbox.send(
+            Call("POST", "/sandboxes", sb_contract.Sandbox, json=body, timeout=create_timeout_s)
+        )
+    except BaseException:
+        kill_tagged(sandbox, tag, orphan_grace_s)
+        raise
     head = dict(task=task.name, runtime=note, reward=0.0)
     got: BrowserReport | None = None
     try:
@@ -300,13 +320,31 @@ def verify_web(
         try:
             sandbox.kill(sb.sandboxID)
         except Exception:  # noqa: BLE001 - the result matters more than the cleanup
-            pass
+            kill_tagged(sandbox, tag, 0)
     sandbox_s = round(time.monotonic() - t0, 2)
     if got is not None:  # scored (and judged) after the sandbox is gone
         result = _score(task, ref, got, log, judge=judge, source=_index_source(files))
         result.runtime = note
     result.sandbox_s = sandbox_s
     return result
+
+
+def kill_tagged(sandbox: SandboxClient, tag: str, grace_s: float) -> list[str]:
+    """Kill every sandbox tagged ``tag``; keep looking for ``grace_s`` (a create that timed out
+    here may still finish on the service). Returns the ids killed."""
+    killed: list[str] = []
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            for found in sandbox.list(metadata=f"{TAG_KEY}={tag}"):
+                if found.sandboxID not in killed:
+                    sandbox.kill(found.sandboxID)
+                    killed.append(found.sandboxID)
+        except Exception:  # noqa: BLE001 - keep trying until the grace is over
+            pass
+        if time.monotonic() >= deadline:
+            return killed
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
 
 
 def _index_source(files: dict[str, bytes]) -> str:

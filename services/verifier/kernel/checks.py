@@ -1,0 +1,177 @@
+"""The measurer's checks of one call's outputs, with its own torch and its own reference.
+
+The reference and the fp64 oracle are computed here, in the trusted process, from the very
+input tensors the measurer wrote into the candidate's memory; the candidate's outputs arrive
+as raw bytes. Dtype, shape and strides must match the reference's; values must pass
+``allclose`` and the oracle bound; sentinels, repeats of earlier outputs and the signature of
+lowered precision name their detectors.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, Field
+
+POISON_SENTINEL = 0x7FC0BEEF
+
+
+class DetectorHit(BaseModel):
+    detector: str
+    evidence: str
+
+
+class CheckResult(BaseModel):
+    phase: str = Field(description="warmup, trial, timing or a probe: pointer, near, repeat.")
+    seed: int
+    shape: dict[str, int]
+    ok: bool
+    detail: str = ""
+
+
+def _decode(meta: dict[str, Any], raw: bytes) -> torch.Tensor:
+    dtype = getattr(torch, str(meta.get("dtype")), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {meta.get('dtype')!r}")
+    shape = [int(s) for s in meta["shape"]]
+    if math.prod(shape) * torch.empty(0, dtype=dtype).element_size() != len(raw):
+        raise ValueError(f"{len(raw)} bytes do not hold shape {shape} of {dtype}")
+    return (
+        torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+        if raw
+        else torch.empty(shape, dtype=dtype)
+    )
+
+
+def _norm_err(y: torch.Tensor, oracle: torch.Tensor) -> float:
+    o = oracle.double()
+    scale = max(float(o.abs().max()) if o.numel() else 0.0, 1e-30)
+    return float((y.double() - o).abs().max()) / scale if o.numel() else 0.0
+
+
+def low_precision_signature(y: torch.Tensor) -> str:
+    """Values computed in float16/bfloat16 and cast back are exactly representable there; an
+    fp32 computation's are almost never (about 1 in 2**13 for float16, 2**16 for bfloat16)."""
+    if y.dtype not in (torch.float32, torch.float64) or y.numel() < 64:
+        return ""
+    flat = y.reshape(-1)
+    flat = flat[:: max(1, flat.numel() // 4096)]  # a strided sample is enough for a share
+    finite = flat[torch.isfinite(flat) & (flat != 0)]
+    if finite.numel() < 64:
+        return ""
+    for low in (torch.bfloat16, torch.float16):
+        share = float((finite.to(low).to(y.dtype) == finite).double().mean())
+        if share > 0.9:
+            return f"{share:.0%} of its values are exact {str(low).removeprefix('torch.')} numbers"
+    return ""
+
+
+class OutputJudge:
+    """Checks each candidate call's outputs against the reference; collects detector hits."""
+
+    def __init__(self, task: Any, ref_module: Any) -> None:
+        self.task, self.ref = task, ref_module
+        self.hits: list[DetectorHit] = []
+        self.checks: list[CheckResult] = []
+        self.seen: dict[bytes, int] = {}  # output bytes -> index of the call that produced them
+
+    def flag(self, detector: str, evidence: str) -> None:
+        if not any(h.detector == detector and h.evidence == evidence for h in self.hits):
+            self.hits.append(DetectorHit(detector=detector, evidence=evidence))
+
+    def expected(
+        self, inputs: tuple[torch.Tensor, ...]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        as_list = lambda r: list(r) if isinstance(r, tuple | list) else [r]  # noqa: E731
+        ref = self.ref.reference(*(x.clone() for x in inputs))
+        if hasattr(self.ref, "oracle"):
+            orc = self.ref.oracle(*(x.clone() for x in inputs))
+        else:
+            orc = self.ref.reference(
+                *(x.double() if x.is_floating_point() else x.clone() for x in inputs)
+            )
+        return as_list(ref), as_list(orc)
+
+    def check(self, index: int, call: Any) -> bool:
+        where = f"{call.kind} call {index + 1}"
+        ok, detail = self._compare(index, call, where)
+        self.checks.append(
+            CheckResult(phase=call.kind, seed=call.seed, shape=call.shape, ok=ok, detail=detail)
+        )
+        return ok
+
+    def _compare(self, index: int, call: Any, where: str) -> tuple[bool, str]:
+        tol = self.task.tolerance
+        refs, oracles = self.expected(call.inputs)
+        metas = call.metas
+        if len(metas) != len(refs):
+            return False, f"returned {len(metas)} outputs, expected {len(refs)}"
+        problems = []
+        for i, (meta, ref, orc) in enumerate(zip(metas, refs, oracles, strict=True)):
+            if not isinstance(meta, dict) or not meta.get("tensor"):
+                t = meta.get("type") if isinstance(meta, dict) else "?"
+                self.flag("lazy_output", f"{where}: output {i} is a {t}, not a tensor")
+                return False, f"output {i} is not a tensor"
+            if not meta.get("exact"):
+                self.flag(
+                    "lazy_output",
+                    f"{where}: output {i} is a {meta.get('type')} (a tensor subclass)",
+                )
+            if meta.get("too_large") or meta.get("invalid") or "raw" not in meta:
+                problems.append(f"output {i} does not fit the output buffer")
+                continue
+            raw = meta["raw"]
+            words = np.frombuffer(raw[: len(raw) // 4 * 4], dtype=np.uint32)
+            poison = int((words == POISON_SENTINEL).sum())
+            if poison and poison == words.size:
+                self.flag("uninitialized_output", f"{where}: output {i} is all poison sentinel: a tensor an earlier "
+                          "call returned (poisoned after it: a cache) or memory never written")  # fmt: skip
+            elif poison:
+                self.flag(
+                    "uninitialized_output",
+                    f"{where}: {poison} words never written (poison sentinel)",
+                )
+            if meta.get("dtype") != str(ref.dtype).removeprefix("torch."):
+                if meta.get("dtype") in {"float16", "bfloat16"}:
+                    self.flag("lowered_precision", f"{where}: output {i} is {meta.get('dtype')}")
+                problems.append(f"output {i} dtype {meta.get('dtype')} != {ref.dtype}")
+                continue
+            if list(meta.get("shape", [])) != list(ref.shape):
+                problems.append(f"output {i} shape {meta.get('shape')} != {list(ref.shape)}")
+                continue
+            if list(meta.get("stride", [])) != list(ref.stride()):
+                problems.append(
+                    f"output {i} strides {meta.get('stride')} != {list(ref.stride())} (must be contiguous)"
+                )
+                continue
+            try:
+                got = _decode(meta, raw)
+            except (ValueError, KeyError, TypeError) as exc:
+                problems.append(f"output {i}: {exc}")
+                continue
+            same_inputs = call.kind == "repeat"
+            if raw in self.seen and not same_inputs and raw:
+                self.flag(
+                    "output_caching",
+                    f"{where}: output {i} repeats the output of call {self.seen[raw] + 1}",
+                )
+            self.seen.setdefault(raw, index)
+            low = low_precision_signature(got)
+            if low:
+                self.flag("lowered_precision", f"{where}: output {i}: {low}")
+            if not torch.allclose(got, ref, atol=tol.atol, rtol=tol.rtol, equal_nan=False):
+                diff = (got.double() - ref.double()).abs()
+                problems.append(
+                    f"output {i} differs from the reference (max abs {float(diff.nan_to_num(float('inf')).max()):.3e})"
+                )
+                continue
+            err, err_ref = _norm_err(got, orc), _norm_err(ref, orc)
+            bound = max(tol.oracle_factor * err_ref, tol.oracle_floor)
+            if err > bound:
+                problems.append(
+                    f"output {i} error {err:.2e} vs the fp64 oracle exceeds {bound:.2e}"
+                )
+        return (not problems), "; ".join(problems)
