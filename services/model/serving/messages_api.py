@@ -221,6 +221,11 @@ def to_chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[s
     return out
 
 
+def _budget(thinking: Thinking | None) -> int | None:
+    enabled = thinking is not None and thinking.type == "enabled"
+    return thinking.budget_tokens if enabled and thinking else None
+
+
 def _effort(thinking: Thinking | None) -> str:
     if thinking is None or thinking.type == "disabled":
         return "none"
@@ -272,6 +277,7 @@ def to_chat_request(req: MessagesRequest) -> ChatCompletionRequest:
             "top_k": req.top_k,
             "stop": req.stop_sequences or None,
             "reasoning_effort": _effort(req.thinking),
+            "thinking_budget_tokens": _budget(req.thinking),
             "stream": req.stream,
             "stream_options": {"include_usage": True} if req.stream else None,
         }

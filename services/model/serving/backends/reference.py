@@ -54,7 +54,12 @@ from services.model.serving.protocol import (
     new_id,
 )
 from services.model.serving.sampling import LogitsProcessor, SamplingParams, TokenLogprob
-from services.model.serving.structured import Constraint, StructuredOutputError, chat_constraint
+from services.model.serving.structured import (
+    Constraint,
+    StructuredOutputError,
+    chat_constraint,
+    thinking_cap,
+)
 from services.model.serving.template import Rendered, TemplateError, render_chat
 from services.model.tokenizer.base import END_OF_MSG, Tokenizer, TokenizerError
 
@@ -93,6 +98,7 @@ class _Prompt:
     rendered: Rendered | None = None
     text: str = ""
     constraint: Constraint | None = None
+    tokenizer: Tokenizer | None = None
 
 
 @dataclass
@@ -145,6 +151,13 @@ def _finish_reason(reason: str | None, parsed: ParsedMessage | None) -> str:
     if reason == "stop" and parsed is not None and parsed.tool_calls:
         return "tool_calls"
     return reason or "stop"
+
+
+def _truncated(reason: str | None, parser: StreamParser, prompt: _Prompt) -> bool:
+    """max_tokens cut a tool call, or a constrained JSON answer, before it closed."""
+    if reason != "length":
+        return False
+    return parser.truncated or bool(prompt.constraint and prompt.constraint.json_format)
 
 
 def _events_to_deltas(events: list[Event]) -> list[ChatDelta]:
@@ -407,7 +420,7 @@ class ReferenceBackend(Backend):
         except StructuredOutputError as exc:
             raise OpenAIError(400, str(exc), param="response_format") from exc
         stop_ids = [self.tokenizer.special_id(END_OF_MSG)]
-        return _Prompt(ids, stop_ids, rendered, rendered.text, constraint)
+        return _Prompt(ids, stop_ids, rendered, rendered.text, constraint, self.tokenizer)
 
     async def _chat_prompt(self, req: ChatCompletionRequest) -> _Prompt:
         return await asyncio.to_thread(self._chat_prompt_sync, req)
@@ -415,7 +428,11 @@ class ReferenceBackend(Backend):
     @staticmethod
     def _processor(req: ChatCompletionRequest, prompt: _Prompt) -> LogitsProcessor | None:
         """A fresh matcher of the grammar enforcing ``tool_choice`` / ``response_format``."""
-        return prompt.constraint.processor() if prompt.constraint is not None else None
+        if prompt.constraint is not None:
+            return prompt.constraint.processor()
+        if req.thinking_budget_tokens is not None and prompt.rendered is not None:
+            return thinking_cap(req, prompt.rendered.mode, prompt.tokenizer)
+        return None
 
     def _token_entry(self, lp: TokenLogprob) -> TokenLogprobEntry:
         def top(tid: int, value: float) -> TopLogprob:
@@ -447,13 +464,14 @@ class ReferenceBackend(Backend):
         parser = StreamParser(prompt.rendered.mode)
         run = _Run()
         async for out in self._outputs(stream):
-            if parser.channel == "think":
-                run.reasoning_tokens += len(out.token_ids)
             parser.feed_many(out.pieces)
+            if parser.thinking:
+                run.reasoning_tokens += len(out.token_ids)
             run.token_ids += out.token_ids
             run.logprobs += out.logprobs
             run.last = out
-        parser.finish()
+        reason = run.last.finish_reason if run.last else None
+        parser.finish(cut=reason == "length")
         parsed = parser.result()
         if run.last is not None and run.last.error:
             raise OpenAIError(500, run.last.error, type="server_error", code="engine_error")
@@ -481,6 +499,7 @@ class ReferenceBackend(Backend):
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
             stop_reason=run.last.stop_string if run.last else None,
+            truncated=_truncated(reason, parser, prompt) or None,
         )
         return choice, run
 
@@ -535,11 +554,11 @@ class ReferenceBackend(Backend):
             )
             async for out in self._outputs(streams[index]):
                 run.last = out
-                if parser.channel == "think":
-                    run.reasoning_tokens += len(out.token_ids)
                 events = parser.feed_many(out.pieces)
+                if parser.thinking:
+                    run.reasoning_tokens += len(out.token_ids)
                 if out.finished:
-                    events += parser.finish()
+                    events += parser.finish(cut=out.finish_reason == "length")
                 deltas = _events_to_deltas(events)
                 extra: dict[str, Any] = {}
                 if req.logprobs and out.logprobs:
@@ -568,6 +587,10 @@ class ReferenceBackend(Backend):
                     parse_errors=errors or None,
                     raw_output=parsed.raw if errors else None,
                     stop_reason=run.last.stop_string if run.last else None,
+                    truncated=_truncated(
+                        run.last.finish_reason if run.last else None, parser, prompt
+                    )
+                    or None,
                 )
             )
 
