@@ -146,9 +146,10 @@ class ModelSettings(ServiceSettings):
         0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
     )
     admission_classes: str = Field(
-        "",
-        description="Prompt-length classes with their own prefill budget per step, e.g. "
-        "'2048:128,*:256' (empty = first come first served).",
+        "4096:256,*:128",
+        description="Prompt-length classes with their own prefill budget per step while "
+        "another class has prefill work, so a long prompt does not hold back short ones "
+        "(empty = first come first served).",
     )
 
     @model_validator(mode="after")

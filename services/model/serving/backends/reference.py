@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from services.model.serving.backends.base import Backend
+from services.model.serving.backends.tasks import gather_choices, merge
 from services.model.serving.engine import Engine, EngineError, EngineOutput, RequestStream
 from services.model.serving.metrics import RequestMetrics
 from services.model.serving.parser import (
@@ -61,6 +63,7 @@ from services.model.serving.structured import (
     thinking_cap,
 )
 from services.model.serving.template import Rendered, TemplateError, render_chat
+from services.model.serving.tokenize_pool import TokenizePool, count_upto
 from services.model.tokenizer.base import END_OF_MSG, Tokenizer, TokenizerError
 
 log = logging.getLogger("k3stack.model.reference")
@@ -110,41 +113,6 @@ class _Run:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     reasoning_tokens: int = 0
-
-
-async def merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[Any]:
-    """Items of several async iterators as they come; the first error stops them all."""
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-    done = object()
-
-    async def pump(stream: AsyncIterator[Any]) -> None:
-        try:
-            async for item in stream:
-                await queue.put((0, item))
-        except Exception as exc:  # noqa: BLE001 - re-raised in the consumer
-            await queue.put((1, exc))
-        finally:
-            await queue.put((0, done))
-
-    tasks = [asyncio.create_task(pump(s)) for s in streams]
-    remaining = len(tasks)
-    try:
-        while remaining:
-            failed, item = await queue.get()
-            if failed:
-                raise item
-            if item is done:
-                remaining -= 1
-            else:
-                yield item
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for s in streams:
-            aclose = getattr(s, "aclose", None)
-            if aclose is not None:
-                await aclose()
 
 
 def _finish_reason(reason: str | None, parsed: ParsedMessage | None) -> str:
@@ -225,6 +193,7 @@ class ReferenceBackend(Backend):
         self.engine: Engine | None = None
         self.default_max_tokens = default_max_tokens
         self.metrics: RequestMetrics | None = None
+        self.tokenize_pool = TokenizePool()
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -236,6 +205,7 @@ class ReferenceBackend(Backend):
     async def stop(self) -> None:
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop)
+        self.tokenize_pool.shutdown()
 
     def models(self) -> list[ModelCard]:
         card = super().models()[0]
@@ -264,25 +234,36 @@ class ReferenceBackend(Backend):
             default=1,
         )
 
-    def _check_text_length(self, text: str, param: str) -> None:
-        """Refuse text that cannot fit the context before spending time tokenising it.
-
-        Every ordinary token stands for at most ``max_token_bytes`` bytes and every character is
-        at least one byte, so more than ``max_model_len * max_token_bytes`` characters is more
-        than ``max_model_len`` tokens, whatever the text.
-        """
+    def _check_length(
+        self,
+        segments: list[tuple[str, bool]],
+        param: str,
+        cancel: threading.Event | None,
+        *,
+        allow_special: bool = False,
+    ) -> None:
+        """Refuse a prompt that cannot fit the context before tokenising all of it: first by its
+        UTF-8 bytes (every ordinary token stands for at most ``max_token_bytes`` of them), then
+        by a count that stops once past the context (:func:`count_upto`)."""
         if self.engine is None:
             return
         limit = self.engine.max_model_len
-        if len(text) > limit * self.max_token_bytes:
-            raise OpenAIError(
-                400,
-                f"this model's maximum context length is {limit} tokens; the {param} has "
-                f"{len(text)} characters, more than {limit} tokens of {self.max_token_bytes} "
-                "bytes at most each",
-                param=param,
-                code="context_length_exceeded",
+        size = sum(len(text.encode("utf-8", "surrogatepass")) for text, _ in segments)
+        if size > limit * self.max_token_bytes:
+            counted = (
+                f"{size} UTF-8 bytes, more than {limit} tokens of {self.max_token_bytes} bytes"
             )
+        else:
+            n = count_upto(self.tokenizer, segments, limit, cancel, allow_special=allow_special)
+            if n <= limit:
+                return
+            counted = f"more than {n - 1} tokens"
+        raise OpenAIError(
+            400,
+            f"this model's maximum context length is {limit} tokens; the {param} has {counted}",
+            param=param,
+            code="context_length_exceeded",
+        )
 
     def _render(
         self, req: ChatCompletionRequest, *, add_generation_prompt: bool = True
@@ -401,7 +382,9 @@ class ReferenceBackend(Backend):
         finally:
             await stream.aclose()
 
-    def _chat_prompt_sync(self, req: ChatCompletionRequest) -> _Prompt:
+    def _chat_prompt_sync(
+        self, req: ChatCompletionRequest, cancel: threading.Event | None = None
+    ) -> _Prompt:
         if not self.tokenizer.has_xtml():
             raise OpenAIError(
                 500,
@@ -410,7 +393,7 @@ class ReferenceBackend(Backend):
                 code="template_unavailable",
             )
         rendered = self._render(req)
-        self._check_text_length(rendered.text, "messages")
+        self._check_length(rendered.segments, "messages", cancel)
         try:
             ids = rendered.token_ids(self.tokenizer)
         except TokenizerError as exc:
@@ -423,7 +406,7 @@ class ReferenceBackend(Backend):
         return _Prompt(ids, stop_ids, rendered, rendered.text, constraint, self.tokenizer)
 
     async def _chat_prompt(self, req: ChatCompletionRequest) -> _Prompt:
-        return await asyncio.to_thread(self._chat_prompt_sync, req)
+        return await self.tokenize_pool.run(self._chat_prompt_sync, req)
 
     @staticmethod
     def _processor(req: ChatCompletionRequest, prompt: _Prompt) -> LogitsProcessor | None:
@@ -505,7 +488,7 @@ class ReferenceBackend(Backend):
 
     async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
         prompt = await self._chat_prompt(req)
-        results = await _gather([self._chat_choice(req, prompt, i) for i in range(req.n)])
+        results = await gather_choices([self._chat_choice(req, prompt, i) for i in range(req.n)])
         runs = [r for _, r in results]
         return ChatCompletion(
             model=self.served_model_name,
@@ -611,7 +594,9 @@ class ReferenceBackend(Backend):
 
     # -- completions --------------------------------------------------------------------------------
 
-    def _completion_prompt_sync(self, req: CompletionRequest) -> _Prompt:
+    def _completion_prompt_sync(
+        self, req: CompletionRequest, cancel: threading.Event | None = None
+    ) -> _Prompt:
         prompt = req.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]
@@ -621,13 +606,13 @@ class ReferenceBackend(Backend):
             if t in self.tokenizer.special_tokens
         ]
         if isinstance(prompt, str):
-            self._check_text_length(prompt, "prompt")
+            self._check_length([(prompt, False)], "prompt", cancel, allow_special=True)
             return _Prompt(self.tokenizer.encode(prompt, allow_special=True), stop_ids, text=prompt)
         ids = [int(t) for t in prompt]  # type: ignore[union-attr]
         return _Prompt(ids, stop_ids, text=self.tokenizer.decode(ids))
 
     async def _completion_prompt(self, req: CompletionRequest) -> _Prompt:
-        return await asyncio.to_thread(self._completion_prompt_sync, req)
+        return await self.tokenize_pool.run(self._completion_prompt_sync, req)
 
     def _completion_logprobs(self, logprobs: list[TokenLogprob], offset: int) -> CompletionLogprobs:
         out = CompletionLogprobs(top_logprobs=[])
@@ -677,7 +662,9 @@ class ReferenceBackend(Backend):
 
     async def completion(self, req: CompletionRequest) -> Completion:
         prompt = await self._completion_prompt(req)
-        results = await _gather([self._completion_choice(req, prompt, i) for i in range(req.n)])
+        results = await gather_choices(
+            [self._completion_choice(req, prompt, i) for i in range(req.n)]
+        )
         return Completion(
             model=self.served_model_name,
             choices=[c for c, _ in results],
@@ -743,10 +730,14 @@ class ReferenceBackend(Backend):
 
     # -- tokenize ------------------------------------------------------------------------------------
 
-    def _tokenize_sync(self, req: TokenizeRequest) -> TokenizeResponse:
+    def _tokenize_sync(
+        self, req: TokenizeRequest, cancel: threading.Event | None = None
+    ) -> TokenizeResponse:
         engine_len = self.engine.max_model_len if self.engine else None
         if req.prompt is not None:
-            self._check_text_length(req.prompt, "prompt")
+            self._check_length(
+                [(req.prompt, False)], "prompt", cancel, allow_special=req.add_special_tokens
+            )
             ids = self.tokenizer.encode(req.prompt, allow_special=req.add_special_tokens)
             return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=engine_len)
         chat = chat_request(
@@ -759,14 +750,14 @@ class ReferenceBackend(Backend):
             }
         )
         rendered = self._render(chat, add_generation_prompt=req.add_generation_prompt)
-        self._check_text_length(rendered.text, "messages")
+        self._check_length(rendered.segments, "messages", cancel)
         ids = rendered.token_ids(self.tokenizer)
         return TokenizeResponse(
             tokens=ids, count=len(ids), max_model_len=engine_len, text=rendered.text
         )
 
     async def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
-        return await asyncio.to_thread(self._tokenize_sync, req)
+        return await self.tokenize_pool.run(self._tokenize_sync, req)
 
     async def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
         bad = [t for t in req.tokens if not 0 <= t < self.tokenizer.vocab_size]
@@ -778,14 +769,3 @@ class ReferenceBackend(Backend):
             )
         text = self.tokenizer.decode(req.tokens, skip_special=req.skip_special_tokens)
         return DetokenizeResponse(prompt=text)
-
-
-async def _gather(coros: list[Any]) -> list[Any]:
-    """Run the choices together; if one fails, cancel the rest (their streams abort)."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
