@@ -165,7 +165,7 @@ def refusal(url: str) -> None:
 
 
 def head_of_line(url: str) -> None:
-    long = {"messages": [{"role": "user", "content": "lorem ipsum dolor " * 9170}],
+    long = {"messages": [{"role": "user", "content": "lorem ipsum dolor " * 2750}],
             "max_tokens": 1, "reasoning_effort": "none"}  # fmt: skip
     with ThreadPoolExecutor(1) as pool:
         started = time.monotonic()
@@ -173,7 +173,7 @@ def head_of_line(url: str) -> None:
         time.sleep(3.0)
         ttft, total = one_token_chat(url)
         resp = fut.result()
-        usage = resp.json().get("usage", {})
+        usage = resp.json().get("usage") or {"prompt_tokens": f"refused ({resp.status_code})"}
     print(
         f"while a {usage.get('prompt_tokens')}-token prompt prefills ({time.monotonic() - started:.1f} s): "
         f"1-token chat TTFT {ttft:.2f} s, total {total:.2f} s"
