@@ -150,7 +150,10 @@ def refusal(url: str) -> None:
     body = json.dumps({"messages": [{"role": "user", "content": "word " * (400 * 1024)}]})
 
     def big() -> int:
-        return httpx.post(url + "/v1/chat/completions", content=body, timeout=600).status_code
+        return httpx.post(
+            url + "/v1/chat/completions", content=body, timeout=600,
+            headers={"content-type": "application/json"},
+        ).status_code  # fmt: skip
 
     with ThreadPoolExecutor(6) as pool:
         started = time.monotonic()
