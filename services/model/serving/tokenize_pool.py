@@ -71,17 +71,26 @@ def count_upto(
     return count - cuts
 
 
+#: Prompts of fewer characters than this take the small lane.
+SMALL_CHARS = 65536
+
+
 class TokenizePool:
-    """A bounded pool of tokenising threads, separate from the event loop and its executor."""
+    """Bounded pools of tokenising threads, separate from the event loop and its executor: one
+    lane for large prompts and one for small ones, so a 1-token chat never queues behind a
+    burst of huge bodies being refused."""
 
     def __init__(self, workers: int = 2) -> None:
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="k3-tokenize")
+        self._large = ThreadPoolExecutor(workers, thread_name_prefix="k3-tokenize")
+        self._small = ThreadPoolExecutor(workers, thread_name_prefix="k3-tokenize-small")
 
-    async def run(self, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args, cancel=event)`` in the pool; cancelling the caller sets ``event``."""
+    async def run(self, fn: Callable[..., T], *args: object, chars: int = 0) -> T:
+        """``fn(*args, cancel=event)`` in the lane for a prompt of about ``chars`` characters;
+        cancelling the caller sets ``event``."""
         cancel = threading.Event()
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._pool, functools.partial(fn, *args, cancel=cancel))
+        pool = self._small if chars < SMALL_CHARS else self._large
+        future = loop.run_in_executor(pool, functools.partial(fn, *args, cancel=cancel))
         try:
             return await future
         except asyncio.CancelledError:
@@ -89,4 +98,21 @@ class TokenizePool:
             raise
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._large, self._small):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def approx_chars(value: object, limit: int = SMALL_CHARS) -> int:
+    """Characters of the strings in a request body's value, counted until ``limit``."""
+    total, stack = 0, [value]
+    while stack and total < limit:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+        elif hasattr(v, "__dict__"):
+            stack.extend(vars(v).values())
+    return total

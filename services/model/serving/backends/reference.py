@@ -63,7 +63,7 @@ from services.model.serving.structured import (
     thinking_cap,
 )
 from services.model.serving.template import Rendered, TemplateError, render_chat
-from services.model.serving.tokenize_pool import TokenizePool, count_upto
+from services.model.serving.tokenize_pool import TokenizePool, approx_chars, count_upto
 from services.model.tokenizer.base import END_OF_MSG, Tokenizer, TokenizerError
 
 log = logging.getLogger("k3stack.model.reference")
@@ -406,7 +406,8 @@ class ReferenceBackend(Backend):
         return _Prompt(ids, stop_ids, rendered, rendered.text, constraint, self.tokenizer)
 
     async def _chat_prompt(self, req: ChatCompletionRequest) -> _Prompt:
-        return await self.tokenize_pool.run(self._chat_prompt_sync, req)
+        chars = approx_chars([req.messages, req.tools])
+        return await self.tokenize_pool.run(self._chat_prompt_sync, req, chars=chars)
 
     @staticmethod
     def _processor(req: ChatCompletionRequest, prompt: _Prompt) -> LogitsProcessor | None:
@@ -612,7 +613,8 @@ class ReferenceBackend(Backend):
         return _Prompt(ids, stop_ids, text=self.tokenizer.decode(ids))
 
     async def _completion_prompt(self, req: CompletionRequest) -> _Prompt:
-        return await self.tokenize_pool.run(self._completion_prompt_sync, req)
+        chars = approx_chars(req.prompt)
+        return await self.tokenize_pool.run(self._completion_prompt_sync, req, chars=chars)
 
     def _completion_logprobs(self, logprobs: list[TokenLogprob], offset: int) -> CompletionLogprobs:
         out = CompletionLogprobs(top_logprobs=[])
@@ -757,7 +759,8 @@ class ReferenceBackend(Backend):
         )
 
     async def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
-        return await self.tokenize_pool.run(self._tokenize_sync, req)
+        chars = approx_chars([req.prompt, req.messages, req.tools])
+        return await self.tokenize_pool.run(self._tokenize_sync, req, chars=chars)
 
     async def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
         bad = [t for t in req.tokens if not 0 <= t < self.tokenizer.vocab_size]
