@@ -363,9 +363,10 @@ async def stream_events(
     stop_sequence: str | None = None
     usage: Usage | None = None
 
-    def start() -> dict[str, Any]:
+    def start(first: ChatCompletionChunk | None = None) -> dict[str, Any]:
+        prompt = (first._num_prompt_tokens if first is not None else None) or 0
         message = Message(
-            model=model, content=[], usage=MessagesUsage(input_tokens=0, output_tokens=0)
+            model=model, content=[], usage=MessagesUsage(input_tokens=prompt, output_tokens=0)
         )
         return {"type": "message_start", "message": message.model_dump()}
 
@@ -397,7 +398,7 @@ async def stream_events(
     async for chunk in chunks:
         events: list[dict[str, Any]] = []
         if not started:
-            events.append(start())
+            events.append(start(chunk))
             started = True
         if chunk.usage is not None:
             usage = chunk.usage

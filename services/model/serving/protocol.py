@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -359,6 +360,8 @@ class ChatChunkChoice(_Response):
 
 
 class ChatCompletionChunk(_Response):
+    #: Prompt tokens, known from the first chunk on (not sent: Anthropic's message_start reads it).
+    _num_prompt_tokens: int | None = PrivateAttr(None)
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int

@@ -520,13 +520,15 @@ class ReferenceBackend(Backend):
         )
 
         def chunk(choice: ChatChunkChoice, first: bool = False) -> ChatCompletionChunk:
-            return ChatCompletionChunk(
+            out = ChatCompletionChunk(
                 id=chunk_id,
                 created=created,
                 model=self.served_model_name,
                 choices=[choice],
                 prompt_token_ids=prompt.ids if first and req.return_token_ids else None,
             )
+            out._num_prompt_tokens = len(prompt.ids)
+            return out
 
         async def one(index: int) -> AsyncIterator[ChatCompletionChunk]:
             assert prompt.rendered is not None
