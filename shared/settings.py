@@ -147,10 +147,20 @@ class ModelSettings(ServiceSettings):
     host_tier_bytes: int = Field(
         0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
     )
+    response_store_items: int = Field(
+        10000,
+        ge=0,
+        description="Responses kept for previous_response_id / retrieve (store: true), in the "
+        "database; the oldest go first (0 = store nothing).",
+    )
+    response_store_ttl_s: float = Field(
+        7 * 86400.0, gt=0, description="How long a stored response is kept, in seconds."
+    )
     admission_classes: str = Field(
-        "",
-        description="Prompt-length classes with their own prefill budget per step, e.g. "
-        "'2048:128,*:256' (empty = first come first served).",
+        "4096:256,*:128",
+        description="Prompt-length classes with their own prefill budget per step while "
+        "another class has prefill work, so a long prompt does not hold back short ones "
+        "(empty = first come first served).",
     )
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ with its reason rather than serving errors.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from services.model.serving.backends import Backend, create_backend
 from services.model.serving.limits import BodySizeLimit
 from services.model.serving.metrics import RequestMetrics
 from services.model.serving.prefix_cache import PREFIX_CACHE_METRICS
+from services.model.serving.response_store import ResponseStore
 from services.model.serving.routes import install_openai_errors, router
 from shared.app import create_app as create_service_app
 from shared.settings import Settings, get_settings
@@ -69,13 +71,24 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = None
         try:
+            if settings.model.response_store_items:
+                store = await asyncio.to_thread(
+                    ResponseStore,
+                    settings.database_url or "",
+                    max_items=settings.model.response_store_items,
+                    ttl_s=settings.model.response_store_ttl_s,
+                )
+            app.state.response_store = store
             await chosen.start()
             app.state.ready = True
             yield
         finally:
             app.state.ready = False
             await chosen.stop()
+            if store is not None:
+                store.close()
 
     def engine_health() -> dict[str, Any]:
         return chosen.health()
@@ -90,6 +103,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     )
     app.state.backend = chosen
     app.state.ready = False
+    app.state.response_store = None
     install_openai_errors(app)
     classes = parse_admission_classes(
         settings.model.admission_classes, settings.model.max_num_batched_tokens

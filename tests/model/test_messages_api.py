@@ -71,9 +71,13 @@ def test_stream_with_tools(model_server):
         tool_choice={"type": "any", "disable_parallel_tool_use": True},
         max_tokens=200,
     ) as stream:
-        kinds = [event.type for event in stream]
+        events = list(stream)
+        kinds = [event.type for event in events]
         final = stream.get_final_message()
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert events[0].message.usage.input_tokens > 0  # known at message_start, as Anthropic's
+    cached = final.usage.cache_read_input_tokens or 0
+    assert events[0].message.usage.input_tokens == final.usage.input_tokens + cached
     assert "content_block_start" in kinds and "content_block_stop" in kinds
     uses = [b for b in final.content if b.type == "tool_use"]
     assert len(uses) == 1 and final.stop_reason == "tool_use"

@@ -133,7 +133,7 @@ def test_prompt_longer_than_any_context_is_refused_before_tokenising(model_serve
     r = _post_json(model_server.url, "/v1/tokenize", {"prompt": "ab " * ((4 << 20) // 3)})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["code"] == "context_length_exceeded" and "characters" in err["message"]
+    assert err["code"] == "context_length_exceeded" and "UTF-8 bytes" in err["message"]
     r = _post_json(
         model_server.url,
         "/v1/chat/completions",

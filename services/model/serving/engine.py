@@ -267,6 +267,9 @@ class Engine:
     ) -> str:
         """Queue a request; ``sink`` is called from the engine thread with each output."""
         params.max_tokens = self.check_request(prompt_ids, params.max_tokens)
+        budgeted = getattr(params.logits_processor, "set_max_tokens", None)
+        if budgeted is not None:  # a grammar that closes within the budget needs to know it
+            budgeted(params.max_tokens)
         rid = request_id or f"req-{next(self._ids)}"
         if any(t < 0 or t >= self.runner.vocab_size for t in prompt_ids):
             raise EngineError(

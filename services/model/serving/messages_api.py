@@ -221,6 +221,11 @@ def to_chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[s
     return out
 
 
+def _budget(thinking: Thinking | None) -> int | None:
+    enabled = thinking is not None and thinking.type == "enabled"
+    return thinking.budget_tokens if enabled and thinking else None
+
+
 def _effort(thinking: Thinking | None) -> str:
     if thinking is None or thinking.type == "disabled":
         return "none"
@@ -272,6 +277,7 @@ def to_chat_request(req: MessagesRequest) -> ChatCompletionRequest:
             "top_k": req.top_k,
             "stop": req.stop_sequences or None,
             "reasoning_effort": _effort(req.thinking),
+            "thinking_budget_tokens": _budget(req.thinking),
             "stream": req.stream,
             "stream_options": {"include_usage": True} if req.stream else None,
         }
@@ -357,9 +363,10 @@ async def stream_events(
     stop_sequence: str | None = None
     usage: Usage | None = None
 
-    def start() -> dict[str, Any]:
+    def start(first: ChatCompletionChunk | None = None) -> dict[str, Any]:
+        prompt = (first._num_prompt_tokens if first is not None else None) or 0
         message = Message(
-            model=model, content=[], usage=MessagesUsage(input_tokens=0, output_tokens=0)
+            model=model, content=[], usage=MessagesUsage(input_tokens=prompt, output_tokens=0)
         )
         return {"type": "message_start", "message": message.model_dump()}
 
@@ -391,7 +398,7 @@ async def stream_events(
     async for chunk in chunks:
         events: list[dict[str, Any]] = []
         if not started:
-            events.append(start())
+            events.append(start(chunk))
             started = True
         if chunk.usage is not None:
             usage = chunk.usage

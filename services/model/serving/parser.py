@@ -148,11 +148,17 @@ class StreamParser:
         self.finished = False
         self._after_end_noted = False
         self._stray_noted: set[str] = set()
+        self.truncated = False  # max_tokens cut a tool call: its arguments are not closed
 
     @property
     def channel(self) -> str | None:
         """The channel being generated (``think``, ``response``, ``tools``), if any."""
         return self._stack[0].tag if self._stack else None
+
+    @property
+    def thinking(self) -> bool:
+        """Inside the think channel's text (not in a marker's header)."""
+        return self.channel == "think" and self._pending is None
 
     # -- input -----------------------------------------------------------------------------
 
@@ -175,8 +181,9 @@ class StreamParser:
         """Feed raw text whose markers are literal strings (see :func:`split_markers`)."""
         return self.feed_many(split_markers(text))
 
-    def finish(self) -> list[Event]:
-        """End of generation: close whatever is still open so the arguments stay valid JSON."""
+    def finish(self, cut: bool = False) -> list[Event]:
+        """End of generation: close whatever is still open so the arguments stay valid JSON;
+        ``cut`` (max_tokens ended it) leaves open arguments as generated instead, unrepaired."""
         out: list[Event] = []
         if self._pending is not None:
             kind, buf = self._pending
@@ -186,8 +193,27 @@ class StreamParser:
             frame = self._stack[-1]
             if frame.tag in ("arg", "json", "call", "tools") and not self.finished:
                 self.errors.append(f"<{frame.tag}> not closed at end of output")
+                if cut:
+                    self.truncated = True
+                    out.extend(self._cut(self._stack.pop()))
+                    continue
             out.extend(self._pop())
         return out
+
+    def _cut(self, frame: _Frame) -> list[Event]:
+        """A frame left open by max_tokens: its held text goes out as it is."""
+        if frame.tag == "arg" and frame.attrs.get("type") == "json":
+            call_frame = self._call_frame()
+            if call_frame is not None:
+                key = str(frame.attrs.get("name", "arg"))
+                return self._args(self._key_prefix(call_frame, key) + "".join(frame.buf))
+        if frame.tag == "json":
+            call_frame = self._call_frame()
+            if call_frame is not None and call_frame.num_args == 0:
+                call_frame.json_block = True
+                call_frame.num_args = 1
+                return self._args("".join(frame.buf))
+        return []
 
     def result(self) -> ParsedMessage:
         reasoning = "".join(self._reasoning)

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -243,6 +244,12 @@ class ChatCompletionRequest(_SamplingFields):
         "'none' = instruct mode.",
     )
     max_completion_tokens: int | None = Field(None, ge=1)
+    thinking_budget_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="k3stack extension (Anthropic's thinking.budget_tokens): the most tokens "
+        "the turn thinks before it answers.",
+    )
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
@@ -271,6 +278,10 @@ _PARSE_ERRORS_DOC = (
     "What did parse is in the message; agents can turn this into an error observation."
 )
 _RAW_DOC = "k3stack extension, with parse_errors: the raw generated text, markers included."
+_TRUNCATED_DOC = (
+    "k3stack extension, only with finish_reason length: max_tokens cut a tool call or a JSON "
+    "answer; its arguments or content are left as generated (not valid, not repaired)."
+)
 _STOP_REASON_DOC = "vLLM's extension: the stop string that ended the output, if one did."
 
 
@@ -299,6 +310,7 @@ class ChatChoice(_Response):
     stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
+    truncated: bool | None = Field(None, description=_TRUNCATED_DOC)
 
 
 def new_id(prefix: str) -> str:
@@ -344,9 +356,12 @@ class ChatChunkChoice(_Response):
     stop_reason: str | None = Field(None, description=_STOP_REASON_DOC)
     parse_errors: list[str] | None = Field(None, description=_PARSE_ERRORS_DOC)
     raw_output: str | None = Field(None, description=_RAW_DOC)
+    truncated: bool | None = Field(None, description=_TRUNCATED_DOC)
 
 
 class ChatCompletionChunk(_Response):
+    #: Prompt tokens, known from the first chunk on (not sent: Anthropic's message_start reads it).
+    _num_prompt_tokens: int | None = PrivateAttr(None)
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int

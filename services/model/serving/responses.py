@@ -5,8 +5,9 @@ tools -> tools, ``reasoning.effort`` -> ``reasoning_effort``, ``text.format`` ->
 ``response_format``) and answered by the same backend; the answer is translated back into output
 items: a ``reasoning`` item (the think channel), a ``message`` item (the response channel) and one
 ``function_call`` item per tool call. Streaming re-emits the chat deltas as Responses events
-(``response.created`` ... ``response.completed``). Nothing is stored: ``previous_response_id`` is
-a 400, so callers send the whole conversation as input items, as Codex does.
+(``response.created`` ... ``response.completed``). Responses are kept unless ``store`` is false
+(:mod:`~services.model.serving.response_store`), so ``previous_response_id`` continues one; with
+the store off it is a 400, and callers send the whole conversation as input items, as Codex does.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class ResponsesRequest(_TopRequest):
     reasoning: ReasoningOptions | None = None
     text: TextOptions | None = None
     stream: bool = False
-    store: bool | None = Field(None, description="Accepted; nothing is stored.")
+    store: bool | None = Field(None, description="false: keep nothing (default: kept).")
     metadata: dict[str, str] | None = None
     user: str | None = None
     include: list[str] | None = Field(None, description="Accepted; reasoning is always included.")

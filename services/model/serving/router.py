@@ -5,7 +5,12 @@ to the replica holding its prefix: consistent hashing of the session key pins th
 *primary* and a pre-assigned *backup* (the next distinct replica on the ring). The backup holds
 none of the session's cache and re-prefills on failover; because backups of different sessions
 spread over the ring, that work spreads too. The session key is the ``x-session-id`` header,
-else the body's ``user``, else a hash of the conversation's first message (its stable prefix).
+else the body's ``user``, else the conversation's own first message after the system prompt
+(agents share one system prompt across sessions; keying on it would pin them all to one replica).
+
+Bodies over ``max_body_bytes`` get 413 (:class:`~services.model.serving.limits.BodySizeLimit`, as
+the service). A client that disconnects aborts its upstream request, streaming or not: the
+upstream connection is closed, which the replica reads as its client going away.
 
 Run as a small process: ``python -m services.model.serving.router --replica URL --replica URL``.
 """
@@ -22,6 +27,9 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from services.model.serving.limits import BodySizeLimit
+from services.model.serving.routes import ClientGone, until_disconnect
 
 __all__ = ["HashRing", "create_router_app", "session_key"]
 
@@ -51,23 +59,33 @@ class HashRing:
         return primary, None
 
 
+_SYSTEM_ROLES = ("system", "developer")
+
+
 def session_key(headers: httpx.Headers | dict[str, str], body: dict) -> str:
-    """``x-session-id``, else ``user``, else the first message or input item (stable prefix)."""
+    """``x-session-id``, else ``user``, else the conversation's first message (or input item)
+    that is not the system prompt: its own stable prefix."""
     sid = headers.get("x-session-id")
     if sid:
         return sid
     if isinstance(body.get("user"), str) and body["user"]:
         return body["user"]
-    first = (body.get("messages") or body.get("input") or [None])[0]
     if isinstance(body.get("input"), str):
-        first = body["input"][:2048]
+        return body["input"][:2048]
+    items = body.get("messages") or body.get("input") or body.get("prompt") or []
+    if not isinstance(items, list):
+        return json.dumps(items, sort_keys=True, default=str)[:2048]
+    own = [m for m in items if not (isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES)]
+    first = (own or items or [None])[0]
     return json.dumps(first, sort_keys=True, default=str)
 
 
 _HOP = {"content-length", "transfer-encoding", "connection", "host", "content-encoding"}
 
 
-def create_router_app(replicas: Sequence[str], *, timeout_s: float = 600.0) -> FastAPI:
+def create_router_app(
+    replicas: Sequence[str], *, timeout_s: float = 600.0, max_body_bytes: int = 8 * 1024 * 1024
+) -> FastAPI:
     """A FastAPI app forwarding ``/v1/*`` to each session's replica, failing over to its backup."""
     ring = HashRing(replicas)
     client = httpx.AsyncClient(timeout=timeout_s)
@@ -106,7 +124,9 @@ def create_router_app(replicas: Sequence[str], *, timeout_s: float = 600.0) -> F
             if target is None:
                 continue
             try:
-                upstream = await send(target, request, path, raw)
+                upstream = await until_disconnect(request, send(target, request, path, raw))
+            except ClientGone:  # the send was cancelled, which closed the upstream connection
+                return Response(status_code=499)
             except httpx.TransportError as exc:  # replica down: the backup takes over
                 last_error = f"{target}: {exc!r}"
                 continue
@@ -117,14 +137,24 @@ def create_router_app(replicas: Sequence[str], *, timeout_s: float = 600.0) -> F
             headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
             headers["x-k3stack-replica"] = target
             return StreamingResponse(
-                upstream.aiter_raw(),
+                _relay(upstream),
                 status_code=upstream.status_code,
                 headers=headers,
                 background=_closer(upstream),
             )
         return JSONResponse({"error": {"message": f"no replica answered ({last_error})"}}, 503)
 
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     return app
+
+
+async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """The upstream body; closing it (the client left mid-stream) closes the upstream too."""
+    try:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+    finally:
+        await upstream.aclose()
 
 
 def _closer(upstream: httpx.Response):  # type: ignore[no-untyped-def]
@@ -140,8 +170,10 @@ def main() -> None:
     ap.add_argument("--replica", action="append", required=True, help="replica base URL")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8010)
+    ap.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     args = ap.parse_args()
-    uvicorn.run(create_router_app(args.replica), host=args.host, port=args.port)
+    app = create_router_app(args.replica, max_body_bytes=args.max_body_bytes)
+    uvicorn.run(app, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.model.serving import messages_api
+from services.model.serving import response_store as stored
 from services.model.serving import responses as responses_api
 from services.model.serving.backends.base import Backend
 from services.model.serving.protocol import (
@@ -180,17 +181,45 @@ async def create_completion(body: CompletionRequest, request: Request) -> Any:
 )
 async def create_response(body: responses_api.ResponsesRequest, request: Request) -> Any:
     """OpenAI's Responses API (input items, function tools, reasoning items, streaming events),
-    answered by the chat engine; nothing is stored."""
+    answered by the chat engine; kept for ``previous_response_id`` unless ``store`` is false."""
     backend = _backend(request)
     backend.check_model(body.model)
+    store = stored.store_of(request)
+    body, conversation = await stored.with_history(store, body)
     chat = responses_api.to_chat_request(body)
     if body.stream:
         events = responses_api.stream_events(
             body, backend.served_model_name, backend.chat_stream(chat)
         )
+        events = stored.keep_streamed(store, body, conversation, events)
         return await _event_stream(events, responses_api.sse, done=None)
     answer = await until_disconnect(request, backend.chat(chat))
-    return responses_api.from_chat(body, answer)
+    response = responses_api.from_chat(body, answer)
+    await stored.keep(store, body, conversation, response.model_dump(mode="json"))
+    return response
+
+
+@router.get(
+    "/v1/responses/{response_id}",
+    response_model=responses_api.ResponseObject,
+    response_model_exclude_none=True,
+    responses=_ERRORS,
+    operation_id="retrieveResponse",
+)
+async def retrieve_response(response_id: str, request: Request) -> Any:
+    """A stored response (``client.responses.retrieve``); unknown or expired ids are a 404."""
+    return JSONResponse(await stored.retrieve(stored.store_of(request), response_id))
+
+
+@router.delete(
+    "/v1/responses/{response_id}",
+    responses=_ERRORS,
+    operation_id="deleteResponse",
+)
+async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
+    """Forget a stored response (``client.responses.delete``)."""
+    await stored.forget(stored.store_of(request), response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
 
 
 _ANTHROPIC_ERRORS: dict[int | str, dict[str, Any]] = {

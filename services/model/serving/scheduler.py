@@ -8,8 +8,10 @@ Each step builds one ragged batch under a token budget (``max_num_batched_tokens
 3. waiting requests are admitted, first come first served, while the budget, the sequence limit
    and the state pools allow, each with a first prefill chunk (asking the prefix cache, if any,
    how much of the prompt it already holds). With admission classes (prompt-length buckets,
-   report §5.4.3) each class also has its own prefill-token budget per step, and a request
-   whose class has spent it waits without holding back requests of other classes.
+   report §5.4.3; on by default) each class also has its own prefill-token budget per step
+   while another class has prefill work, and a request whose class has spent it waits without
+   holding back requests of other classes: a short chat is admitted at once while a 27K-token
+   prompt prefills, instead of waiting for all of it.
 
 Prefill chunks end on the KDA chunk grid (multiples of the runner's ``prefill_align``) unless
 they reach the prompt's end, with or without a cache, so a prompt computes the same numbers
@@ -185,6 +187,9 @@ class Scheduler:
         batch: list[ScheduledChunk] = []
         scheduled: set[int] = set()
         class_left = [c.token_budget for c in self.classes]
+        if self.classes and len(self._classes_with_prefill()) <= 1:
+            # One class alone has nobody to hold back: it may use the whole step.
+            class_left = [budget] * len(self.classes)
 
         # 1. decodes
         for req in list(self.running):
@@ -273,6 +278,11 @@ class Scheduler:
         for req in self.waiting if self.classes else ():
             self.class_wait_steps[self.class_of(req)] += 1
         return batch
+
+    def _classes_with_prefill(self) -> set[int]:
+        """Admission classes with a request waiting or part-way through its prefill."""
+        busy = {self.class_of(r) for r in self.running if r.is_prefilling}
+        return busy | {self.class_of(r) for r in self.waiting}
 
     def _full_room(self, req: SchedRequest) -> int:
         """The most prefill tokens ``req`` could get in one step."""

@@ -29,8 +29,10 @@ What is enforced:
   property as raw text, any other as compact JSON of its schema. A schema that is not an object
   with ``properties`` is matched as one ``json`` block.
 
-With ``max_tokens`` set, thinking is capped at a quarter of it, so a forced call or a JSON answer
-always has room to finish.
+Budgets (:mod:`~services.model.serving.budget`): thinking is capped at the request's thinking
+budget, else (with ``max_tokens`` set) at a quarter of it; near the end of ``max_tokens`` the output
+takes the shortest way to close, so a forced call or a JSON answer finishes whenever its shortest
+form fits, and is reported cut (``length``, ``truncated``) when it does not.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import xgrammar as xgr
 
+from services.model.serving.budget import BudgetedProcessor, Vocab, vocab_of
 from services.model.serving.template import Mode, attr_json, attr_str
 from services.model.tokenizer.base import CLOSE, END_OF_MSG, OPEN, SEP, Tokenizer
 
@@ -69,6 +72,7 @@ class _Compiler:
     ids: dict[str, int]
     never: torch.Tensor  # ordinary tokens with a 0xFF byte or an encoded surrogate
     utf8: _SurrogateGuard
+    vocab: Vocab
 
 
 _lock = threading.Lock()
@@ -113,7 +117,7 @@ def _compiler(tokenizer: Tokenizer) -> _Compiler:
     )
     ids = {t: tokenizer.special_id(t) for t in (OPEN, SEP, CLOSE)}
     compiler = xgr.GrammarCompiler(info, max_threads=1)
-    return _Compiler(compiler, tokenizer.vocab_size, ids, never, guard)
+    return _Compiler(compiler, tokenizer.vocab_size, ids, never, guard, vocab_of(tokenizer))
 
 
 class GrammarProcessor:
@@ -154,15 +158,45 @@ class GrammarProcessor:
 
 @dataclass
 class Constraint:
-    """A compiled grammar for one request; each choice gets its own matcher."""
+    """A compiled grammar for one request; each choice gets its own matcher, within budget."""
 
     compiled: xgr.CompiledGrammar
     vocab_size: int
     never: torch.Tensor
     utf8: _SurrogateGuard
+    vocab: Vocab
+    thinking: bool = False  # the turn starts in the think channel
+    think_budget: int | None = None
+    json_format: bool = False
 
-    def processor(self) -> GrammarProcessor:
-        return GrammarProcessor(self.compiled, self.vocab_size, self.never, self.utf8)
+    def processor(self) -> BudgetedProcessor:
+        grammar = GrammarProcessor(self.compiled, self.vocab_size, self.never, self.utf8)
+        return BudgetedProcessor(
+            self.vocab,
+            grammar,
+            thinking=self.thinking,
+            think_budget=self.think_budget,
+            json_format=self.json_format,
+        )
+
+
+def think_budget(req: ChatCompletionRequest, constrained: bool) -> int | None:
+    """The most tokens the turn may think: the request's budget, else (for a constrained turn
+    with ``max_tokens``) a quarter of ``max_tokens``, so the structure has room."""
+    if req.thinking_budget_tokens is not None:
+        return req.thinking_budget_tokens
+    max_tokens = req.effective_max_tokens()
+    return max(1, max_tokens // 4) if constrained and max_tokens else None
+
+
+def thinking_cap(req: ChatCompletionRequest, mode: Mode, tokenizer: Tokenizer) -> BudgetedProcessor:
+    """For a turn without a grammar: a processor that only closes thinking at its budget."""
+    return BudgetedProcessor(
+        _compiler(tokenizer).vocab,
+        None,
+        thinking=mode == "think",
+        think_budget=think_budget(req, False),
+    )
 
 
 class _Builder:
@@ -282,8 +316,6 @@ def chat_constraint(
 
     compiler = _compiler(tokenizer)
     b = _Builder(compiler.ids)
-    max_tokens = req.effective_max_tokens()
-    think_budget = max(1, max_tokens // 4) if max_tokens else None
     if fmt is not None and fmt.type == "json_schema":
         assert fmt.json_schema is not None
         body = b.json(fmt.json_schema.schema_ or {})
@@ -294,7 +326,7 @@ def chat_constraint(
     calls = b.tools(tools, max_calls) if allow_tools else None
 
     if mode == "think":
-        parts = [b.text(max_tokens=think_budget), b.close("think")]
+        parts = [b.text(), b.close("think")]
         response = b.element("response", "response", body)
         if forced:
             assert calls is not None
@@ -315,4 +347,13 @@ def chat_constraint(
             compiled = compiler.compiler.compile_structural_tag(json.dumps(tag))
     except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError and friends
         raise StructuredOutputError(f"cannot enforce the requested structure: {exc}") from exc
-    return Constraint(compiled, compiler.vocab_size, compiler.never, compiler.utf8)
+    return Constraint(
+        compiled,
+        compiler.vocab_size,
+        compiler.never,
+        compiler.utf8,
+        compiler.vocab,
+        thinking=mode == "think",
+        think_budget=think_budget(req, True),
+        json_format=json_format,
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from services.model.serving.backends.base import Backend
+from services.model.serving.backends.tasks import gather_choices, merge
 from services.model.serving.engine import Engine, EngineError, EngineOutput, RequestStream
 from services.model.serving.metrics import RequestMetrics
 from services.model.serving.parser import (
@@ -54,8 +56,14 @@ from services.model.serving.protocol import (
     new_id,
 )
 from services.model.serving.sampling import LogitsProcessor, SamplingParams, TokenLogprob
-from services.model.serving.structured import Constraint, StructuredOutputError, chat_constraint
+from services.model.serving.structured import (
+    Constraint,
+    StructuredOutputError,
+    chat_constraint,
+    thinking_cap,
+)
 from services.model.serving.template import Rendered, TemplateError, render_chat
+from services.model.serving.tokenize_pool import TokenizePool, approx_chars, count_upto
 from services.model.tokenizer.base import END_OF_MSG, Tokenizer, TokenizerError
 
 log = logging.getLogger("k3stack.model.reference")
@@ -93,6 +101,7 @@ class _Prompt:
     rendered: Rendered | None = None
     text: str = ""
     constraint: Constraint | None = None
+    tokenizer: Tokenizer | None = None
 
 
 @dataclass
@@ -106,45 +115,17 @@ class _Run:
     reasoning_tokens: int = 0
 
 
-async def merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[Any]:
-    """Items of several async iterators as they come; the first error stops them all."""
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-    done = object()
-
-    async def pump(stream: AsyncIterator[Any]) -> None:
-        try:
-            async for item in stream:
-                await queue.put((0, item))
-        except Exception as exc:  # noqa: BLE001 - re-raised in the consumer
-            await queue.put((1, exc))
-        finally:
-            await queue.put((0, done))
-
-    tasks = [asyncio.create_task(pump(s)) for s in streams]
-    remaining = len(tasks)
-    try:
-        while remaining:
-            failed, item = await queue.get()
-            if failed:
-                raise item
-            if item is done:
-                remaining -= 1
-            else:
-                yield item
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for s in streams:
-            aclose = getattr(s, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-
 def _finish_reason(reason: str | None, parsed: ParsedMessage | None) -> str:
     if reason == "stop" and parsed is not None and parsed.tool_calls:
         return "tool_calls"
     return reason or "stop"
+
+
+def _truncated(reason: str | None, parser: StreamParser, prompt: _Prompt) -> bool:
+    """max_tokens cut a tool call, or a constrained JSON answer, before it closed."""
+    if reason != "length":
+        return False
+    return parser.truncated or bool(prompt.constraint and prompt.constraint.json_format)
 
 
 def _events_to_deltas(events: list[Event]) -> list[ChatDelta]:
@@ -212,6 +193,7 @@ class ReferenceBackend(Backend):
         self.engine: Engine | None = None
         self.default_max_tokens = default_max_tokens
         self.metrics: RequestMetrics | None = None
+        self.tokenize_pool = TokenizePool()
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -223,6 +205,7 @@ class ReferenceBackend(Backend):
     async def stop(self) -> None:
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop)
+        self.tokenize_pool.shutdown()
 
     def models(self) -> list[ModelCard]:
         card = super().models()[0]
@@ -251,25 +234,36 @@ class ReferenceBackend(Backend):
             default=1,
         )
 
-    def _check_text_length(self, text: str, param: str) -> None:
-        """Refuse text that cannot fit the context before spending time tokenising it.
-
-        Every ordinary token stands for at most ``max_token_bytes`` bytes and every character is
-        at least one byte, so more than ``max_model_len * max_token_bytes`` characters is more
-        than ``max_model_len`` tokens, whatever the text.
-        """
+    def _check_length(
+        self,
+        segments: list[tuple[str, bool]],
+        param: str,
+        cancel: threading.Event | None,
+        *,
+        allow_special: bool = False,
+    ) -> None:
+        """Refuse a prompt that cannot fit the context before tokenising all of it: first by its
+        UTF-8 bytes (every ordinary token stands for at most ``max_token_bytes`` of them), then
+        by a count that stops once past the context (:func:`count_upto`)."""
         if self.engine is None:
             return
         limit = self.engine.max_model_len
-        if len(text) > limit * self.max_token_bytes:
-            raise OpenAIError(
-                400,
-                f"this model's maximum context length is {limit} tokens; the {param} has "
-                f"{len(text)} characters, more than {limit} tokens of {self.max_token_bytes} "
-                "bytes at most each",
-                param=param,
-                code="context_length_exceeded",
+        size = sum(len(text.encode("utf-8", "surrogatepass")) for text, _ in segments)
+        if size > limit * self.max_token_bytes:
+            counted = (
+                f"{size} UTF-8 bytes, more than {limit} tokens of {self.max_token_bytes} bytes"
             )
+        else:
+            n = count_upto(self.tokenizer, segments, limit, cancel, allow_special=allow_special)
+            if n <= limit:
+                return
+            counted = f"more than {n - 1} tokens"
+        raise OpenAIError(
+            400,
+            f"this model's maximum context length is {limit} tokens; the {param} has {counted}",
+            param=param,
+            code="context_length_exceeded",
+        )
 
     def _render(
         self, req: ChatCompletionRequest, *, add_generation_prompt: bool = True
@@ -388,7 +382,9 @@ class ReferenceBackend(Backend):
         finally:
             await stream.aclose()
 
-    def _chat_prompt_sync(self, req: ChatCompletionRequest) -> _Prompt:
+    def _chat_prompt_sync(
+        self, req: ChatCompletionRequest, cancel: threading.Event | None = None
+    ) -> _Prompt:
         if not self.tokenizer.has_xtml():
             raise OpenAIError(
                 500,
@@ -397,7 +393,7 @@ class ReferenceBackend(Backend):
                 code="template_unavailable",
             )
         rendered = self._render(req)
-        self._check_text_length(rendered.text, "messages")
+        self._check_length(rendered.segments, "messages", cancel)
         try:
             ids = rendered.token_ids(self.tokenizer)
         except TokenizerError as exc:
@@ -407,15 +403,20 @@ class ReferenceBackend(Backend):
         except StructuredOutputError as exc:
             raise OpenAIError(400, str(exc), param="response_format") from exc
         stop_ids = [self.tokenizer.special_id(END_OF_MSG)]
-        return _Prompt(ids, stop_ids, rendered, rendered.text, constraint)
+        return _Prompt(ids, stop_ids, rendered, rendered.text, constraint, self.tokenizer)
 
     async def _chat_prompt(self, req: ChatCompletionRequest) -> _Prompt:
-        return await asyncio.to_thread(self._chat_prompt_sync, req)
+        chars = approx_chars([req.messages, req.tools])
+        return await self.tokenize_pool.run(self._chat_prompt_sync, req, chars=chars)
 
     @staticmethod
     def _processor(req: ChatCompletionRequest, prompt: _Prompt) -> LogitsProcessor | None:
         """A fresh matcher of the grammar enforcing ``tool_choice`` / ``response_format``."""
-        return prompt.constraint.processor() if prompt.constraint is not None else None
+        if prompt.constraint is not None:
+            return prompt.constraint.processor()
+        if req.thinking_budget_tokens is not None and prompt.rendered is not None:
+            return thinking_cap(req, prompt.rendered.mode, prompt.tokenizer)
+        return None
 
     def _token_entry(self, lp: TokenLogprob) -> TokenLogprobEntry:
         def top(tid: int, value: float) -> TopLogprob:
@@ -447,13 +448,14 @@ class ReferenceBackend(Backend):
         parser = StreamParser(prompt.rendered.mode)
         run = _Run()
         async for out in self._outputs(stream):
-            if parser.channel == "think":
-                run.reasoning_tokens += len(out.token_ids)
             parser.feed_many(out.pieces)
+            if parser.thinking:
+                run.reasoning_tokens += len(out.token_ids)
             run.token_ids += out.token_ids
             run.logprobs += out.logprobs
             run.last = out
-        parser.finish()
+        reason = run.last.finish_reason if run.last else None
+        parser.finish(cut=reason == "length")
         parsed = parser.result()
         if run.last is not None and run.last.error:
             raise OpenAIError(500, run.last.error, type="server_error", code="engine_error")
@@ -481,12 +483,13 @@ class ReferenceBackend(Backend):
             ),
             token_ids=run.token_ids if req.return_token_ids else None,
             stop_reason=run.last.stop_string if run.last else None,
+            truncated=_truncated(reason, parser, prompt) or None,
         )
         return choice, run
 
     async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
         prompt = await self._chat_prompt(req)
-        results = await _gather([self._chat_choice(req, prompt, i) for i in range(req.n)])
+        results = await gather_choices([self._chat_choice(req, prompt, i) for i in range(req.n)])
         runs = [r for _, r in results]
         return ChatCompletion(
             model=self.served_model_name,
@@ -517,13 +520,15 @@ class ReferenceBackend(Backend):
         )
 
         def chunk(choice: ChatChunkChoice, first: bool = False) -> ChatCompletionChunk:
-            return ChatCompletionChunk(
+            out = ChatCompletionChunk(
                 id=chunk_id,
                 created=created,
                 model=self.served_model_name,
                 choices=[choice],
                 prompt_token_ids=prompt.ids if first and req.return_token_ids else None,
             )
+            out._num_prompt_tokens = len(prompt.ids)
+            return out
 
         async def one(index: int) -> AsyncIterator[ChatCompletionChunk]:
             assert prompt.rendered is not None
@@ -535,11 +540,11 @@ class ReferenceBackend(Backend):
             )
             async for out in self._outputs(streams[index]):
                 run.last = out
-                if parser.channel == "think":
-                    run.reasoning_tokens += len(out.token_ids)
                 events = parser.feed_many(out.pieces)
+                if parser.thinking:
+                    run.reasoning_tokens += len(out.token_ids)
                 if out.finished:
-                    events += parser.finish()
+                    events += parser.finish(cut=out.finish_reason == "length")
                 deltas = _events_to_deltas(events)
                 extra: dict[str, Any] = {}
                 if req.logprobs and out.logprobs:
@@ -568,6 +573,10 @@ class ReferenceBackend(Backend):
                     parse_errors=errors or None,
                     raw_output=parsed.raw if errors else None,
                     stop_reason=run.last.stop_string if run.last else None,
+                    truncated=_truncated(
+                        run.last.finish_reason if run.last else None, parser, prompt
+                    )
+                    or None,
                 )
             )
 
@@ -588,7 +597,9 @@ class ReferenceBackend(Backend):
 
     # -- completions --------------------------------------------------------------------------------
 
-    def _completion_prompt_sync(self, req: CompletionRequest) -> _Prompt:
+    def _completion_prompt_sync(
+        self, req: CompletionRequest, cancel: threading.Event | None = None
+    ) -> _Prompt:
         prompt = req.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]
@@ -598,13 +609,14 @@ class ReferenceBackend(Backend):
             if t in self.tokenizer.special_tokens
         ]
         if isinstance(prompt, str):
-            self._check_text_length(prompt, "prompt")
+            self._check_length([(prompt, False)], "prompt", cancel, allow_special=True)
             return _Prompt(self.tokenizer.encode(prompt, allow_special=True), stop_ids, text=prompt)
         ids = [int(t) for t in prompt]  # type: ignore[union-attr]
         return _Prompt(ids, stop_ids, text=self.tokenizer.decode(ids))
 
     async def _completion_prompt(self, req: CompletionRequest) -> _Prompt:
-        return await asyncio.to_thread(self._completion_prompt_sync, req)
+        chars = approx_chars(req.prompt)
+        return await self.tokenize_pool.run(self._completion_prompt_sync, req, chars=chars)
 
     def _completion_logprobs(self, logprobs: list[TokenLogprob], offset: int) -> CompletionLogprobs:
         out = CompletionLogprobs(top_logprobs=[])
@@ -654,7 +666,9 @@ class ReferenceBackend(Backend):
 
     async def completion(self, req: CompletionRequest) -> Completion:
         prompt = await self._completion_prompt(req)
-        results = await _gather([self._completion_choice(req, prompt, i) for i in range(req.n)])
+        results = await gather_choices(
+            [self._completion_choice(req, prompt, i) for i in range(req.n)]
+        )
         return Completion(
             model=self.served_model_name,
             choices=[c for c, _ in results],
@@ -720,10 +734,14 @@ class ReferenceBackend(Backend):
 
     # -- tokenize ------------------------------------------------------------------------------------
 
-    def _tokenize_sync(self, req: TokenizeRequest) -> TokenizeResponse:
+    def _tokenize_sync(
+        self, req: TokenizeRequest, cancel: threading.Event | None = None
+    ) -> TokenizeResponse:
         engine_len = self.engine.max_model_len if self.engine else None
         if req.prompt is not None:
-            self._check_text_length(req.prompt, "prompt")
+            self._check_length(
+                [(req.prompt, False)], "prompt", cancel, allow_special=req.add_special_tokens
+            )
             ids = self.tokenizer.encode(req.prompt, allow_special=req.add_special_tokens)
             return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=engine_len)
         chat = chat_request(
@@ -736,14 +754,15 @@ class ReferenceBackend(Backend):
             }
         )
         rendered = self._render(chat, add_generation_prompt=req.add_generation_prompt)
-        self._check_text_length(rendered.text, "messages")
+        self._check_length(rendered.segments, "messages", cancel)
         ids = rendered.token_ids(self.tokenizer)
         return TokenizeResponse(
             tokens=ids, count=len(ids), max_model_len=engine_len, text=rendered.text
         )
 
     async def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
-        return await asyncio.to_thread(self._tokenize_sync, req)
+        chars = approx_chars([req.prompt, req.messages, req.tools])
+        return await self.tokenize_pool.run(self._tokenize_sync, req, chars=chars)
 
     async def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
         bad = [t for t in req.tokens if not 0 <= t < self.tokenizer.vocab_size]
@@ -755,14 +774,3 @@ class ReferenceBackend(Backend):
             )
         text = self.tokenizer.decode(req.tokens, skip_special=req.skip_special_tokens)
         return DetokenizeResponse(prompt=text)
-
-
-async def _gather(coros: list[Any]) -> list[Any]:
-    """Run the choices together; if one fails, cancel the rest (their streams abort)."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,3 @@
+from shared.db import run_migrations_env
+
+run_migrations_env()
