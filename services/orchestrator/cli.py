@@ -41,14 +41,17 @@ def _fail(message: str) -> None:
 @harness_app.command("list")
 def harness_list() -> None:
     """Presets and the harnesses in your data dir."""
+    from services.orchestrator.installed.catalog import install_status
+
     table = Table("name", "where", "description")
+    table.add_column("installed", no_wrap=True)
     data_dir = get_settings().data_dir
     for name, where in list_harnesses(data_dir):
         try:
             desc = load_harness(name, data_dir).description
         except (HarnessError, KeyError) as exc:
             desc = f"[red]invalid: {exc}[/red]"
-        table.add_row(name, where, desc)
+        table.add_row(name, where, desc, install_status(name))
     console.print(table)
 
 

@@ -64,3 +64,13 @@ def require(preset: str) -> Agent:
             "run scripts/setup_agents.sh"
         )
     return agent
+
+
+def install_status(preset: str) -> str:
+    """For ``k3stack harness list``: '' (not an installed agent), the version, or how to fix."""
+    agent = AGENTS.get(preset)
+    if agent is None:
+        return ""
+    if agent.installed():
+        return f"yes {agent.version}"
+    return f"no: run scripts/setup_agents.sh ({agent.version})"
