@@ -42,6 +42,8 @@ class Route:
     max_output_tokens: int | None = None
     agent: str | None = None  # the installed agent, name/version, for the record
     steps: int = field(default=0)
+    # a local engine instead of an endpoint (the oracle): (api, body) -> (status, JSON | events)
+    answer: Callable[[str, dict[str, Any]], tuple[int, Any, dict[str, Any]]] | None = None
 
 
 class Routes:
@@ -124,6 +126,8 @@ def gateway_router(routes: Routes, transport: httpx.AsyncBaseTransport | None = 
                 "user-agent", "anthropic-beta", "anthropic-version", "originator")},
         }  # fmt: skip
         route.steps += 1
+        if route.answer is not None:
+            return _local(route, api, sent, step, started)
         client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600, connect=10))
         upstream = client.build_request("POST", url, json=sent, headers=_headers(request, route))
         try:
@@ -176,6 +180,21 @@ def gateway_router(routes: Routes, transport: httpx.AsyncBaseTransport | None = 
             operation_id="gateway_" + api.replace("/", "_"),
         )
     return router
+
+
+def _local(route: Route, api: str, body: Any, step: dict[str, Any], started: float) -> Response:
+    """The route's own engine answers: JSON, or its events as a server-sent stream."""
+    assert route.answer is not None
+    status, answer, note = route.answer(api, body if isinstance(body, dict) else {})
+    step.update(status=status, latency_s=time.monotonic() - started, headers={}, **note)
+    if isinstance(answer, list):
+        step["events"] = answer
+        route.record(step)
+        text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in answer)
+        return Response(text, status, media_type="text/event-stream")
+    step["response"] = answer
+    route.record(step)
+    return JSONResponse(answer, status)
 
 
 def _endpoint(forward: Any, api: str) -> Any:

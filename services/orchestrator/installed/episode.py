@@ -121,21 +121,27 @@ class InstalledEpisode:
         self.agent: Agent = require(self.preset)
         self.home = Path(runner.svc.settings.data_dir) / "agent-runs" / runner.id
         self.steps: list[dict[str, Any]] = []
+        self.oracle: Any = None
+        self._oracle_seen = -1
 
     # -- policy endpoint -------------------------------------------------------------------------
 
-    def _route(self) -> Route:
+    def _route(self, world: Any) -> Route:
         spec = self.request.policy
+        agent = f"{self.agent.package}@{self.agent.version}"
         if spec.kind == "oracle":
-            raise NotImplementedError(
-                "the oracle engine for installed agents is not built yet: use an OpenAI- or "
-                "Anthropic-compatible policy endpoint"
+            from services.orchestrator.installed.oracle import OracleEngine
+
+            task = self.request.task
+            plan = self.r.svc.tools.get_json(
+                f"/scenarios/{task.scenario}/oracle", params={"seed": task.seed}
             )
+            self.oracle = OracleEngine(plan, world.now)
+            return Route("", None, self.steps.append, agent=agent, answer=self.oracle.respond)
         base = spec.base_url or self.r.svc.model.openai_base_url
         key = spec.api_key or self.r.svc.settings.model.api_key
         return Route(
-            base, key, self.steps.append, self.harness.budgets.max_output_tokens,
-            agent=f"{self.agent.package}@{self.agent.version}",
+            base, key, self.steps.append, self.harness.budgets.max_output_tokens, agent=agent
         )  # fmt: skip
 
     # -- the days ----------------------------------------------------------------------------
@@ -170,7 +176,7 @@ class InstalledEpisode:
             for app in scenario_apps(scenario)
         ]  # fmt: skip
         routes = Routes()
-        routes.add(r.id, self._route())
+        routes.add(r.id, self._route(world))
         deadline = time.monotonic() + self.harness.budgets.max_wall_s
         prompt = self._task_prompt(scenario, world.now())
         reason: str | None = None
@@ -255,6 +261,13 @@ class InstalledEpisode:
         now = world.now()
         due = [e.due_at for e in world.client.events(world.id).events if e.status == "due"]
         due = sorted(d for d in due if d is not None)
+        wake = self.oracle.wake_at() if self.oracle is not None else None
+        if wake is not None and wake <= now and self.oracle.next == self._oracle_seen:
+            self.oracle.next += 1  # due, yet not called all day: the client never offered it
+            wake = self.oracle.wake_at()
+        self._oracle_seen = self.oracle.next if self.oracle is not None else 0
+        if wake is not None:  # the oracle's next step is due then (like the loop's wake_at)
+            due = sorted([*due, max(wake, now)])
         if not due or due[0] > world.end:
             if now < world.end:
                 world.client.advance(world.id, to=world.end.isoformat())

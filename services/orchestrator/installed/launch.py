@@ -108,6 +108,7 @@ def claude_invocation(
         "ANTHROPIC_MODEL": endpoint.model,
         "ANTHROPIC_SMALL_FAST_MODEL": endpoint.model,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": endpoint.model,
+        "ENABLE_TOOL_SEARCH": "false",  # the world's MCP tools offered up front, not deferred
     }
     return Invocation(argv, env, cwd)
 
