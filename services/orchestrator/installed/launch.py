@@ -134,6 +134,7 @@ def codex_catalog(agent: Agent, model: str, context_window: int, home: Path) -> 
         context_window=context_window,
         max_context_window=context_window,
         supported_in_api=True,
+        supports_search_tool=False,  # MCP tools offered up front, not behind tool_search
         upgrade=None,
         availability_nux=None,
     )

@@ -22,6 +22,11 @@ from typing import Any
 DONE = "Done for now."
 
 
+def _key(name: str) -> str:
+    """Codex spells an MCP tool's hyphens as underscores (``create-event`` -> ``create_event``)."""
+    return name.replace("-", "_")
+
+
 def _offered(api: str, body: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
     """flat name -> (the client's name, its namespace)."""
     out: dict[str, tuple[str, str | None]] = {}
@@ -62,11 +67,12 @@ class OracleEngine:
         step = self.steps[self.next]
         if datetime.fromisoformat(step["at"]) > self.now():
             return None
-        want = f"mcp__{step['app']}__{step['tool']}"
-        if want not in offered:
+        want = _key(f"mcp__{step['app']}__{step['tool']}")
+        found = next((v for k, v in offered.items() if _key(k) == want), None)
+        if found is None:
             return None
         self.next += 1
-        name, namespace = offered[want]
+        name, namespace = found
         return name, namespace, step["arguments"]
 
     def respond(self, api: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, Any]]:
