@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
@@ -76,6 +78,18 @@ def get_trajectory(episode_id: str, request: Request) -> Trajectory:
     if doc is None:
         raise not_found("episode", episode_id)
     return to_shared(doc)
+
+
+@router.get("/episodes/{episode_id}/fidelity", operation_id="getEpisodeFidelity")
+def get_fidelity(episode_id: str, request: Request) -> dict[str, Any]:
+    """The harness's fingerprint (tools offered and called, argument names, system prompt size,
+    requests per day, request size, compactions) for ``k3stack harness compare``."""
+    from services.orchestrator.installed.compare import fidelity
+
+    doc = trajectory(request.app.state.db, episode_id)
+    if doc is None:
+        raise not_found("episode", episode_id)
+    return fidelity(doc)
 
 
 @router.get(

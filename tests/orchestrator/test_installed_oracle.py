@@ -10,7 +10,9 @@ from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.service import create_episode
+from services.orchestrator.harness.config import load_harness
 from services.orchestrator.installed.catalog import AGENTS
+from services.orchestrator.installed.compare import fidelity, table
 from shared.trajectory.atif import to_atif
 from tests.orchestrator.conftest import oracle_score
 
@@ -18,10 +20,9 @@ pytestmark = pytest.mark.timeout(900)
 SCENARIO = "hr_onboarding"
 
 
-@pytest.mark.parametrize("preset", list(AGENTS))
-def test_real_cli_driven_by_the_oracle_scores_every_event(orch_db, services, tools_url, preset):
+def _run(orch_db, services, harness: str):
     body = EpisodeCreate.model_validate(
-        {"task": {"scenario": SCENARIO, "seed": 0}, "harness": preset,
+        {"task": {"scenario": SCENARIO, "seed": 0}, "harness": harness,
          "policy": {"kind": "oracle"}, "budgets": {"max_wall_s": 800}}
     )  # fmt: skip
     episode_id = create_episode(orch_db, body, lambda _id: None)
@@ -29,12 +30,27 @@ def test_real_cli_driven_by_the_oracle_scores_every_event(orch_db, services, too
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         s.expunge(row)
+    return row, trajectory(orch_db, episode_id)
+
+
+@pytest.mark.parametrize("preset", list(AGENTS))
+def test_real_cli_driven_by_the_oracle_scores_every_event(orch_db, services, tools_url, preset):
+    row, doc = _run(orch_db, services, preset)
     assert row.status == "succeeded", (row.error_code, row.error_message)
     passed, total = oracle_score(tools_url, SCENARIO, 0)
     assert (row.result["events_passed"], row.result["events_total"]) == (passed, total)
     assert passed == total
-    doc = trajectory(orch_db, episode_id)
     calls = [x for x in doc["items"] if x["kind"] == "exchange" and x.get("oracle_call")]
     assert calls, "the CLI made no tool call the oracle asked for"
     atif = to_atif(to_shared(doc))
     assert atif["agent"]["version"] == AGENTS[preset].version
+
+    # the fidelity table against the white-box preset it imitates (printed for the README)
+    _, white_doc = _run(orch_db, services, load_harness(preset).based_on)
+    white, real = fidelity(white_doc), fidelity(doc)
+    print(f"\n| {preset} vs white-box | white-box | real CLI |\n|---|---|---|")
+    for key, a, b in table(white, real):
+        print(f"| {key} | {a} | {b} |")
+    assert real["world tools offered"] > 0 and real["tools called"]
+    assert white["tools called"] and real["requests per day"] > 0
+    assert real["system prompt (chars)"] > 0 and white["system prompt (chars)"] > 0
