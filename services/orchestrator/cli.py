@@ -199,7 +199,7 @@ def harness_compare(
                 ep = client.episode(ep.id)
             if ep.status != "succeeded":
                 _fail(f"{name}: episode {ep.status}: {ep.error_message or ep.exit_reason}")
-            row = client.get_json(f"/episodes/{ep.id}/fidelity")
+            row = client.get_json(f"/episodes/{ep.id}/fidelity")["rows"]
             row["events passed"] = f"{ep.events_passed}/{ep.events_total}"
             rows.append(row)
     except ServiceError as exc:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
@@ -14,6 +12,7 @@ from services.orchestrator.episode.schema import Episode, EpisodeCreate, Episode
 from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
 from services.orchestrator.harness.config import HarnessError, load_harness
 from services.orchestrator.report import render_report
+from shared.contracts.orchestrator import HarnessFidelity
 from shared.errors import APIError, bad_request, not_found
 from shared.trajectory import Trajectory
 
@@ -80,8 +79,11 @@ def get_trajectory(episode_id: str, request: Request) -> Trajectory:
     return to_shared(doc)
 
 
-@router.get("/episodes/{episode_id}/fidelity", operation_id="getEpisodeFidelity")
-def get_fidelity(episode_id: str, request: Request) -> dict[str, Any]:
+@router.get(
+    "/episodes/{episode_id}/fidelity", response_model=HarnessFidelity,
+    operation_id="getEpisodeFidelity",
+)  # fmt: skip
+def get_fidelity(episode_id: str, request: Request) -> HarnessFidelity:
     """The harness's fingerprint (tools offered and called, argument names, system prompt size,
     requests per day, request size, compactions) for ``k3stack harness compare``."""
     from services.orchestrator.installed.compare import fidelity
@@ -89,7 +91,7 @@ def get_fidelity(episode_id: str, request: Request) -> dict[str, Any]:
     doc = trajectory(request.app.state.db, episode_id)
     if doc is None:
         raise not_found("episode", episode_id)
-    return fidelity(doc)
+    return HarnessFidelity(rows=fidelity(doc))
 
 
 @router.get(

@@ -65,7 +65,10 @@ def test_real_cli_on_the_tiny_model_runs_its_day_and_is_scored(orch_db, services
     days = [i for i in doc["items"] if i["kind"] == "agent_day"]
     assert days and days[0]["outcome"] == "turn_ended", days[:1]
     exchanges = [i for i in doc["items"] if i["kind"] == "exchange"]
-    assert exchanges and all(x["status"] == 200 for x in exchanges)
+    # with the world's 46 MCP tools the prompt may pass the tiny model's context: a 400 the CLI
+    # reports and ends its turn on, never a 5xx nor a crash
+    assert exchanges and all(x["status"] < 500 for x in exchanges)
+    assert all(d["outcome"] == "turn_ended" for d in days), days
     assert all(x["request"]["max_tokens"] == 8 for x in exchanges if x["api"] == "messages")
     atif = to_atif(to_shared(doc))
     agent = AGENTS["claude-code-cli"]
