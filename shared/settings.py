@@ -339,6 +339,11 @@ class OrchestratorSettings(ServiceSettings):
     reaper_interval_s: float = Field(
         5.0, ge=0, description="How often episodes whose worker died are reaped (0 = off)."
     )
+    agents_dir: Path | None = Field(
+        None,
+        description="Where scripts/setup_agents.sh installs the real agent CLIs (default "
+        "/var/cache/k3stack/agents as root, else ~/.cache/k3stack/agents).",
+    )
 
 
 class Settings(BaseSettings):

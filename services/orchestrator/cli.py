@@ -41,14 +41,17 @@ def _fail(message: str) -> None:
 @harness_app.command("list")
 def harness_list() -> None:
     """Presets and the harnesses in your data dir."""
+    from services.orchestrator.installed.catalog import install_status
+
     table = Table("name", "where", "description")
+    table.add_column("installed", no_wrap=True)
     data_dir = get_settings().data_dir
     for name, where in list_harnesses(data_dir):
         try:
             desc = load_harness(name, data_dir).description
         except (HarnessError, KeyError) as exc:
             desc = f"[red]invalid: {exc}[/red]"
-        table.add_row(name, where, desc)
+        table.add_row(name, where, desc, install_status(name))
     console.print(table)
 
 
@@ -170,3 +173,41 @@ def run(
         _fail(f"episode {ep.status}: {ep.error_message or ep.exit_reason}")
     if ep.exit_reason == "policy_error":
         _fail(f"the policy kept failing: {ep.exit_detail}")
+
+
+@harness_app.command("compare")
+def harness_compare(
+    white: Annotated[str, typer.Argument(help="A white-box preset, e.g. claude-code.")],
+    real: Annotated[str, typer.Argument(help="Its installed agent, e.g. claude-code-cli.")],
+    scenario: Annotated[str, typer.Option(help="Tools-service scenario.")] = "hr_onboarding",
+    seed: Annotated[int, typer.Option(help="Scenario seed.")] = 0,
+    poll_s: Annotated[float, typer.Option(help="Refresh interval.")] = 1.0,
+) -> None:
+    """Run WHITE and REAL with the oracle on SCENARIO and print their fingerprints side by side."""
+    from shared.clients import OrchestratorClient, ServiceError
+
+    client = OrchestratorClient.from_settings(get_settings())
+    rows: list[dict[str, Any]] = []
+    try:
+        for name in (white, real):
+            ep = client.create_episode(
+                {"task": {"scenario": scenario, "seed": seed}, "harness": name,
+                 "policy": {"kind": "oracle"}}
+            )  # fmt: skip
+            while ep.status in ("queued", "running"):
+                time.sleep(poll_s)
+                ep = client.episode(ep.id)
+            if ep.status != "succeeded":
+                _fail(f"{name}: episode {ep.status}: {ep.error_message or ep.exit_reason}")
+            row = client.get_json(f"/episodes/{ep.id}/fidelity")["rows"]
+            row["events passed"] = f"{ep.events_passed}/{ep.events_total}"
+            rows.append(row)
+    except ServiceError as exc:
+        _fail(str(exc))
+        return
+    finally:
+        client.close()
+    table = Table("", white, real, title=f"{white} vs {real} on {scenario} (oracle)")
+    for key in rows[0]:
+        table.add_row(key, str(rows[0][key]), str(rows[1].get(key)))
+    console.print(table)

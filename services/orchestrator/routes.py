@@ -12,6 +12,7 @@ from services.orchestrator.episode.schema import Episode, EpisodeCreate, Episode
 from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
 from services.orchestrator.harness.config import HarnessError, load_harness
 from services.orchestrator.report import render_report
+from shared.contracts.orchestrator import HarnessFidelity
 from shared.errors import APIError, bad_request, not_found
 from shared.trajectory import Trajectory
 
@@ -76,6 +77,21 @@ def get_trajectory(episode_id: str, request: Request) -> Trajectory:
     if doc is None:
         raise not_found("episode", episode_id)
     return to_shared(doc)
+
+
+@router.get(
+    "/episodes/{episode_id}/fidelity", response_model=HarnessFidelity,
+    operation_id="getEpisodeFidelity",
+)  # fmt: skip
+def get_fidelity(episode_id: str, request: Request) -> HarnessFidelity:
+    """The harness's fingerprint (tools offered and called, argument names, system prompt size,
+    requests per day, request size, compactions) for ``k3stack harness compare``."""
+    from services.orchestrator.installed.compare import fidelity
+
+    doc = trajectory(request.app.state.db, episode_id)
+    if doc is None:
+        raise not_found("episode", episode_id)
+    return HarnessFidelity(rows=fidelity(doc))
 
 
 @router.get(

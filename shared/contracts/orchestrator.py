@@ -135,3 +135,9 @@ class Episode(BaseModel):
 
 class EpisodeList(BaseModel):
     episodes: list[Episode]
+
+
+class HarnessFidelity(BaseModel):
+    """An episode's harness fingerprint, row name -> value (``k3stack harness compare``)."""
+
+    rows: dict[str, str | int | float]

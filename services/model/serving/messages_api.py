@@ -10,6 +10,12 @@ the effort from ``budget_tokens``, otherwise instruct mode. The answer comes bac
 blocks, and streaming as Anthropic's named events (``message_start`` ... ``message_stop``).
 Errors use Anthropic's envelope (``{"type": "error", "error": {"type", "message"}}``). The key
 may come as ``x-api-key``, which is the platform's own header.
+
+What Claude Code sends is accepted (:mod:`~services.model.serving.client_tools`): unknown fields
+are ignored and named in a header; ``context_management`` and ``cache_control`` are accepted and
+have no effect (the prefix cache needs no marks); ``output_config.effort`` sets the thinking effort;
+``system`` messages inside ``messages`` stay system messages; server tools are dropped with a
+``Warning`` header; ``anthropic-beta`` headers are not needed for any of it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.model.serving.client_tools import Offered, messages_tools
 from services.model.serving.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -27,7 +34,7 @@ from services.model.serving.protocol import (
     OpenAIError,
     TokenizeRequest,
     Usage,
-    _TopRequest,
+    _ClientRequest,
     chat_request,
     new_id,
 )
@@ -63,13 +70,6 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class Tool(_In):
-    name: str = Field(min_length=1, max_length=256)
-    description: str | None = None
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    type: Literal["custom"] | None = None
-
-
 class ToolChoice(_In):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
@@ -81,16 +81,25 @@ class Thinking(_In):
     budget_tokens: int | None = Field(None, ge=1)
 
 
-class MessagesRequest(_TopRequest):
-    """The fields of ``client.messages.create`` this server honours (others: 400)."""
+class OutputConfig(_In):
+    effort: Literal["low", "medium", "high", "max"] | None = None
+
+
+class MessagesRequest(_ClientRequest):
+    """The fields of ``client.messages.create`` this server honours (others: ignored, named in
+    the ``X-K3stack-Ignored-Fields`` header)."""
 
     model: str | None = None
     max_tokens: int = Field(ge=1)
     messages: list[dict[str, Any]] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
-    tools: list[Tool] | None = None
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="Client tools; server tools (typed) are dropped with a Warning header."
+    )
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
+    output_config: OutputConfig | None = Field(None, description="effort: the thinking effort.")
+    context_management: dict[str, Any] | None = Field(None, description="Accepted; no effect.")
     temperature: float | None = Field(None, ge=0.0, le=1.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
@@ -100,13 +109,14 @@ class MessagesRequest(_TopRequest):
     service_tier: str | None = None
 
 
-class CountTokensRequest(_TopRequest):
+class CountTokensRequest(_ClientRequest):
     model: str | None = None
     messages: list[dict[str, Any]] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
-    tools: list[Tool] | None = None
+    tools: list[dict[str, Any]] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
 
 
 class CountTokensResponse(BaseModel):
@@ -168,10 +178,13 @@ def to_chat_messages(system: Any, messages: list[dict[str, Any]]) -> list[dict[s
         role = msg.get("role")
         content = msg.get("content", "")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if role not in ("user", "assistant") or not isinstance(blocks, list):
+        if role not in ("user", "assistant", "system") or not isinstance(blocks, list):
             raise _bad(f"{where}: role must be 'user' or 'assistant' with content", where)
         if not all(isinstance(b, dict) for b in blocks):
             raise _bad(f"{where}.content: expected a string or a list of content blocks", where)
+        if role == "system":  # Claude Code's mid-conversation system text
+            out.append({"role": "system", "content": _text(blocks, f"{where}.content")})
+            continue
         if role == "assistant":
             turn: dict[str, Any] = {"role": "assistant", "content": ""}
             calls = []
@@ -226,29 +239,21 @@ def _budget(thinking: Thinking | None) -> int | None:
     return thinking.budget_tokens if enabled and thinking else None
 
 
-def _effort(thinking: Thinking | None) -> str:
+def _effort(thinking: Thinking | None, output: OutputConfig | None = None) -> str:
     if thinking is None or thinking.type == "disabled":
         return "none"
+    if output is not None and output.effort is not None:
+        return "high" if output.effort == "max" else output.effort
     budget = thinking.budget_tokens or 0
     if thinking.type == "adaptive" or not budget:
         return "medium"
     return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
 
 
-def _tool_fields(tools: list[Tool] | None, choice: ToolChoice | None) -> dict[str, Any]:
+def _tool_fields(offered: Offered, choice: ToolChoice | None) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    if tools:
-        fields["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.input_schema,
-                },
-            }
-            for t in tools
-        ]
+    if offered.tools:
+        fields["tools"] = offered.tools
     if choice is not None:
         if choice.type == "tool":
             if not choice.name:
@@ -265,18 +270,23 @@ def _validate(body: dict[str, Any]) -> ChatCompletionRequest:
     return chat_request({k: v for k, v in body.items() if v is not None})
 
 
-def to_chat_request(req: MessagesRequest) -> ChatCompletionRequest:
+def offered_tools(req: MessagesRequest | CountTokensRequest) -> Offered:
+    return messages_tools(req.tools)
+
+
+def to_chat_request(req: MessagesRequest, offered: Offered | None = None) -> ChatCompletionRequest:
+    offered = offered or offered_tools(req)
     return _validate(
         {
             "model": req.model,
             "messages": to_chat_messages(req.system, req.messages),
-            **_tool_fields(req.tools, req.tool_choice),
+            **_tool_fields(offered, req.tool_choice),
             "max_completion_tokens": req.max_tokens,
             "temperature": req.temperature,
             "top_p": req.top_p,
             "top_k": req.top_k,
             "stop": req.stop_sequences or None,
-            "reasoning_effort": _effort(req.thinking),
+            "reasoning_effort": _effort(req.thinking, req.output_config),
             "thinking_budget_tokens": _budget(req.thinking),
             "stream": req.stream,
             "stream_options": {"include_usage": True} if req.stream else None,
@@ -288,8 +298,8 @@ def to_tokenize_request(req: CountTokensRequest) -> TokenizeRequest:
     chat = _validate(
         {
             "messages": to_chat_messages(req.system, req.messages),
-            **_tool_fields(req.tools, req.tool_choice),
-            "reasoning_effort": _effort(req.thinking),
+            **_tool_fields(offered_tools(req), req.tool_choice),
+            "reasoning_effort": _effort(req.thinking, req.output_config),
         }
     )
     return TokenizeRequest(

@@ -103,6 +103,17 @@ class _TopRequest(_Request):
         return data
 
 
+class _ClientRequest(_TopRequest):
+    """A vendor API's body (Messages, Responses): what its own clients send beyond the fields
+    served is ignored, as the vendors' servers do, and named (:meth:`ignored_fields`) in a
+    header of the answer; text must be valid Unicode."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def ignored_fields(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+
 class _Response(BaseModel):
     model_config = ConfigDict(extra="allow")
 

@@ -8,6 +8,12 @@ items: a ``reasoning`` item (the think channel), a ``message`` item (the respons
 (``response.created`` ... ``response.completed``). Responses are kept unless ``store`` is false
 (:mod:`~services.model.serving.response_store`), so ``previous_response_id`` continues one; with
 the store off it is a 400, and callers send the whole conversation as input items, as Codex does.
+
+What Codex sends is accepted (:mod:`~services.model.serving.client_tools`): ``custom`` tools (their
+input constrained by their grammar, answered as ``custom_tool_call`` items), ``namespace`` tools
+(flattened), hosted tools (dropped, named in a ``Warning`` header), ``custom_tool_call`` and
+``custom_tool_call_output`` input items, and top-level fields it does not use (``client_metadata``,
+``text.verbosity``, ...: ignored, named in a header).
 """
 
 from __future__ import annotations
@@ -19,13 +25,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.model.serving.client_tools import (
+    INPUT_ARG,
+    Offered,
+    flat_name,
+    responses_tools,
+)
 from services.model.serving.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
     OpenAIError,
     Usage,
-    _TopRequest,
+    _ClientRequest,
     chat_request,
     new_id,
 )
@@ -37,16 +49,8 @@ class _Item(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class FunctionTool(_Item):
-    type: Literal["function"] = "function"
-    name: str = Field(min_length=1, max_length=256)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
 class NamedFunctionChoice(_Item):
-    type: Literal["function"] = "function"
+    type: Literal["function", "custom"] = "function"
     name: str
 
 
@@ -66,13 +70,18 @@ class TextOptions(_Item):
     format: TextFormat | None = None
 
 
-class ResponsesRequest(_TopRequest):
-    """The fields of ``client.responses.create`` this server honours (others: 400)."""
+class ResponsesRequest(_ClientRequest):
+    """The fields of ``client.responses.create`` this server honours (others: ignored, named in
+    the ``X-K3stack-Ignored-Fields`` header)."""
 
     model: str | None = None
     input: str | list[dict[str, Any]]
     instructions: str | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[dict[str, Any]] | None = Field(
+        None,
+        description="function, custom (grammar), namespace; hosted tools are dropped with a "
+        "Warning header.",
+    )
     tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(None, ge=1)
@@ -85,9 +94,10 @@ class ResponsesRequest(_TopRequest):
     metadata: dict[str, str] | None = None
     user: str | None = None
     include: list[str] | None = Field(None, description="Accepted; reasoning is always included.")
-    truncation: Literal["disabled"] | None = None
+    truncation: Literal["disabled", "auto"] | None = None
     previous_response_id: str | None = None
     prompt_cache_key: str | None = Field(None, description="Accepted and ignored.")
+    client_metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
     service_tier: str | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
 
@@ -168,6 +178,23 @@ def _text_of(content: Any, where: str) -> str:
     return "".join(out)
 
 
+def _call(item: dict[str, Any], arguments: Any) -> dict[str, Any]:
+    name = item.get("name")
+    return {
+        "id": item.get("call_id") or item.get("id"),
+        "type": "function",
+        "function": {
+            "name": flat_name(item.get("namespace"), name) if isinstance(name, str) else name,
+            "arguments": arguments,
+        },
+    }
+
+
+def _output_text(item: dict[str, Any], where: str) -> str:
+    output = item.get("output", "")
+    return output if isinstance(output, str) else _text_of(output, where)
+
+
 def to_chat_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     """Input items -> chat messages; function calls join the assistant turn they follow."""
     messages: list[dict[str, Any]] = []
@@ -203,23 +230,19 @@ def to_chat_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
             pending_reasoning = _text_of(parts, where)
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             msg = assistant()
-            msg.setdefault("tool_calls", None)
-            msg["tool_calls"] = (msg["tool_calls"] or []) + [
-                {
-                    "id": item.get("call_id") or item.get("id"),
-                    "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
-                }
-            ]
-        elif kind == "function_call_output":
-            output = item.get("output", "")
+            if kind == "function_call":
+                call = _call(item, item.get("arguments"))
+            else:  # the raw input is the one argument of its chat function
+                call = _call(item, json.dumps({INPUT_ARG: str(item.get("input", ""))}))
+            msg["tool_calls"] = (msg.get("tool_calls") or []) + [call]
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             messages.append(
                 {
                     "role": "tool",
                     "tool_call_id": item.get("call_id"),
-                    "content": output if isinstance(output, str) else _text_of(output, where),
+                    "content": _output_text(item, where),
                 }
             )
         else:
@@ -229,7 +252,11 @@ def to_chat_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
+def offered_tools(req: ResponsesRequest) -> Offered:
+    return responses_tools(req.tools)
+
+
+def to_chat_request(req: ResponsesRequest, offered: Offered | None = None) -> ChatCompletionRequest:
     if req.previous_response_id:
         raise OpenAIError(
             400,
@@ -246,18 +273,14 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
             "type": "json_schema",
             "json_schema": {"name": fmt.name, "schema": fmt.schema_ or {}, "strict": fmt.strict},
         }
+    offered = offered or offered_tools(req)
     choice: Any = req.tool_choice
     if isinstance(choice, NamedFunctionChoice):
         choice = {"type": "function", "function": {"name": choice.name}}
     body: dict[str, Any] = {
         "model": req.model,
         "messages": to_chat_messages(req),
-        "tools": [
-            {"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
-            for t in req.tools
-        ]
-        if req.tools
-        else None,
+        "tools": offered.tools or None,
         "tool_choice": choice,
         "parallel_tool_calls": req.parallel_tool_calls,
         "max_completion_tokens": req.max_output_tokens,
@@ -296,7 +319,7 @@ def _envelope(req: ResponsesRequest, model: str, **fields: Any) -> ResponseObjec
             if isinstance(req.tool_choice, BaseModel)
             else (req.tool_choice or "auto")
         ),
-        tools=[t.model_dump(exclude_none=True) for t in req.tools or []],
+        tools=list(req.tools or []),
         temperature=req.temperature,
         top_p=req.top_p,
         metadata=req.metadata or {},
@@ -320,13 +343,36 @@ def _message_item(item_id: str, text: str, status: str = "completed") -> Respons
     )
 
 
-def _call_item(item_id: str, call_id: str, name: str, arguments: str) -> ResponseItem:
+def _call_item(
+    item_id: str, call_id: str, name: str, arguments: str, offered: Offered | None = None
+) -> ResponseItem:
+    """A chat tool call as the client's item: ``function_call`` (with its ``namespace``) or,
+    for a custom tool, ``custom_tool_call`` with the raw input."""
+    tool = offered.client_name(name) if offered is not None else None
+    if tool is None:
+        return ResponseItem(
+            type="function_call", id=item_id, call_id=call_id, name=name, arguments=arguments
+        )
+    extra = {"namespace": tool.namespace} if tool.namespace else {}
+    if tool.kind == "custom":
+        try:
+            raw = json.loads(arguments).get(INPUT_ARG, "") if arguments.strip() else ""
+        except (json.JSONDecodeError, AttributeError):
+            raw = arguments
+        return ResponseItem(
+            type="custom_tool_call", id=item_id, call_id=call_id, name=tool.name,
+            input=str(raw), **extra,
+        )  # fmt: skip
     return ResponseItem(
-        type="function_call", id=item_id, call_id=call_id, name=name, arguments=arguments
-    )
+        type="function_call", id=item_id, call_id=call_id, name=tool.name, arguments=arguments,
+        **extra,
+    )  # fmt: skip
 
 
-def from_chat(req: ResponsesRequest, answer: ChatCompletion) -> ResponseObject:
+def from_chat(
+    req: ResponsesRequest, answer: ChatCompletion, offered: Offered | None = None
+) -> ResponseObject:
+    offered = offered or offered_tools(req)
     choice = answer.choices[0]
     msg = choice.message
     output: list[ResponseItem] = []
@@ -336,7 +382,7 @@ def from_chat(req: ResponsesRequest, answer: ChatCompletion) -> ResponseObject:
         output.append(_message_item(new_id("msg"), msg.content))
     for call in msg.tool_calls or []:
         output.append(
-            _call_item(new_id("fc"), call.id, call.function.name, call.function.arguments)
+            _call_item(new_id("fc"), call.id, call.function.name, call.function.arguments, offered)
         )
     incomplete = choice.finish_reason == "length"
     return _envelope(
@@ -352,8 +398,9 @@ def from_chat(req: ResponsesRequest, answer: ChatCompletion) -> ResponseObject:
 class _StreamState:
     """Turns chat chunks into Responses events, one open output item at a time."""
 
-    def __init__(self, req: ResponsesRequest, model: str) -> None:
+    def __init__(self, req: ResponsesRequest, model: str, offered: Offered | None = None) -> None:
         self.req = req
+        self.offered = offered or offered_tools(req)
         self.response = _envelope(req, model, status="in_progress")
         self.seq = 0
         self.output: list[ResponseItem] = []
@@ -408,16 +455,17 @@ class _StreamState:
                 ),
             ]
         else:
-            item = _call_item(item_id, cur["call_id"], cur["name"], text)
-            events = [
-                self.event(
-                    "response.function_call_arguments.done",
-                    item_id=item_id,
-                    output_index=idx,
-                    name=cur["name"],
-                    arguments=text,
-                )
-            ]
+            item = _call_item(item_id, cur["call_id"], cur["name"], text, self.offered)
+            if item.type == "custom_tool_call":
+                done = {"type": "response.custom_tool_call_input.done", "input": item.input}  # type: ignore[attr-defined]
+            else:
+                done = {
+                    "type": "response.function_call_arguments.done",
+                    "name": item.name,  # type: ignore[attr-defined]
+                    "arguments": text,
+                }
+            kind = done.pop("type")
+            events = [self.event(kind, item_id=item_id, output_index=idx, **done)]
         self.output.append(item)
         events.append(
             self.event("response.output_item.done", output_index=idx, item=item.model_dump())
@@ -435,7 +483,7 @@ class _StreamState:
             item = _message_item(cur["id"], "", status="in_progress")
             item.content = []  # type: ignore[attr-defined]
         else:
-            item = _call_item(cur["id"], extra["call_id"], extra["name"], "")
+            item = _call_item(cur["id"], extra["call_id"], extra["name"], "", self.offered)
             item.status = "in_progress"
         events.append(
             self.event(
@@ -496,6 +544,8 @@ class _StreamState:
                 args = tc.function.arguments if tc.function else None
                 if args and self.open is not None and self.open["kind"] == "function_call":
                     self.open["text"] += args
+                    if self.offered.client_name(self.open["name"]).kind == "custom":
+                        continue  # a custom input is whole only at the end (JSON-wrapped here)
                     events.append(
                         self.event(
                             "response.function_call_arguments.delta",
@@ -522,9 +572,12 @@ class _StreamState:
 
 
 async def stream_events(
-    req: ResponsesRequest, model: str, chunks: AsyncIterator[ChatCompletionChunk]
+    req: ResponsesRequest,
+    model: str,
+    chunks: AsyncIterator[ChatCompletionChunk],
+    offered: Offered | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    state = _StreamState(req, model)
+    state = _StreamState(req, model, offered)
     first = True
     async for chunk in chunks:
         if first:

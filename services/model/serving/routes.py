@@ -25,6 +25,7 @@ from services.model.serving import messages_api
 from services.model.serving import response_store as stored
 from services.model.serving import responses as responses_api
 from services.model.serving.backends.base import Backend
+from services.model.serving.client_tools import answer_headers
 from services.model.serving.protocol import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -96,6 +97,16 @@ def _sse_line(obj: BaseModel | dict[str, Any] | str) -> str:
     else:
         data = obj
     return f"data: {data}\n\n"
+
+
+def _with_headers(answer: Any, headers: dict[str, str], exclude_none: bool = True) -> Any:
+    """``answer`` (a model or a streaming response) with the client-fidelity headers."""
+    if not headers:
+        return answer
+    if isinstance(answer, BaseModel):
+        answer = JSONResponse(answer.model_dump(mode="json", exclude_none=exclude_none))
+    answer.headers.update(headers)
+    return answer
 
 
 async def _event_stream(
@@ -186,17 +197,19 @@ async def create_response(body: responses_api.ResponsesRequest, request: Request
     backend.check_model(body.model)
     store = stored.store_of(request)
     body, conversation = await stored.with_history(store, body)
-    chat = responses_api.to_chat_request(body)
+    offered = responses_api.offered_tools(body)
+    chat = responses_api.to_chat_request(body, offered)
+    headers = answer_headers(body.ignored_fields(), offered.warnings)
     if body.stream:
         events = responses_api.stream_events(
-            body, backend.served_model_name, backend.chat_stream(chat)
+            body, backend.served_model_name, backend.chat_stream(chat), offered
         )
         events = stored.keep_streamed(store, body, conversation, events)
-        return await _event_stream(events, responses_api.sse, done=None)
+        return _with_headers(await _event_stream(events, responses_api.sse, done=None), headers)
     answer = await until_disconnect(request, backend.chat(chat))
-    response = responses_api.from_chat(body, answer)
+    response = responses_api.from_chat(body, answer, offered)
     await stored.keep(store, body, conversation, response.model_dump(mode="json"))
-    return response
+    return _with_headers(response, headers)
 
 
 @router.get(
@@ -240,12 +253,14 @@ async def create_message(body: messages_api.MessagesRequest, request: Request) -
     streaming events), answered by the chat engine."""
     backend = _backend(request)
     backend.check_model(body.model)
-    chat = messages_api.to_chat_request(body)
+    offered = messages_api.offered_tools(body)
+    chat = messages_api.to_chat_request(body, offered)
+    headers = answer_headers(body.ignored_fields(), offered.warnings)
     if body.stream:
         events = messages_api.stream_events(backend.served_model_name, backend.chat_stream(chat))
-        return await _event_stream(events, messages_api.sse, done=None)
+        return _with_headers(await _event_stream(events, messages_api.sse, done=None), headers)
     answer = await until_disconnect(request, backend.chat(chat))
-    return messages_api.from_chat(answer)
+    return _with_headers(messages_api.from_chat(answer), headers, exclude_none=False)
 
 
 @router.post(

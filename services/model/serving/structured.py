@@ -199,6 +199,30 @@ def thinking_cap(req: ChatCompletionRequest, mode: Mode, tokenizer: Tokenizer) -
     )
 
 
+# ----- custom tools: one raw-text argument in the tool's own grammar (Lark or regex) ----------
+
+GRAMMAR_KEY = "x-k3stack-grammar"
+
+
+@cache
+def _lark_to_ebnf(definition: str) -> str:
+    try:
+        return str(xgr.Grammar.from_lark(definition))
+    except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError and friends
+        raise StructuredOutputError(f"the tool's Lark grammar does not compile: {exc}") from exc
+
+
+def grammar_format(spec: dict[str, Any]) -> dict[str, Any]:
+    """A structural-tag element for a grammar ``{"syntax": "lark" | "regex", "definition"}``:
+    xgrammar reads Lark (into its EBNF) and regular expressions itself."""
+    syntax, definition = spec.get("syntax"), spec.get("definition")
+    if syntax == "lark" and isinstance(definition, str):
+        return {"type": "grammar", "grammar": _lark_to_ebnf(definition)}
+    if syntax == "regex" and isinstance(definition, str):
+        return {"type": "regex", "pattern": definition}
+    raise StructuredOutputError(f"grammar syntax {syntax!r}: only 'lark' and 'regex' are read")
+
+
 class _Builder:
     """Structural-tag pieces for XTML."""
 
@@ -272,6 +296,8 @@ class _Builder:
 
     def arg(self, name: str, schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         header = "arg" + attr_str("name", name)
+        if GRAMMAR_KEY in schema:  # a custom tool's raw input, in its own grammar
+            return self.element(header, "arg", grammar_format(schema[GRAMMAR_KEY]))
         if schema.get("type") == "string" and not ({"const", "$ref"} & schema.keys()):
             if "enum" in schema:
                 body = self.either(*(self.const(str(v)) for v in schema["enum"]))

@@ -129,6 +129,8 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
                 tokens_before=it.get("tokens_before"),
                 tokens_after=it.get("tokens_after"),
             )
+        elif kind == "agent":  # an installed agent: the real CLI and its version
+            meta.harness, meta.harness_version = it["name"], it["version"]
         elif kind == "clock":
             clock.append({k: it.get(k) for k in ("from", "to", "day", "fired")})
         elif kind == "error":

@@ -173,6 +173,11 @@ class EpisodeRunner:
             harness = load_harness(request.harness, self.svc.settings.data_dir)
             for k, v in request.budgets.model_dump(exclude_none=True).items():
                 setattr(harness.budgets, k, v)
+            if harness.kind == "installed":  # the real CLI drives the days (its own module)
+                from services.orchestrator.installed.episode import InstalledEpisode
+
+                InstalledEpisode(self, request, harness).run(state)
+                return
             if not state:
                 state = self._setup(request, harness)
             else:  # resuming: the context is the trajectory's, replayed

@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 PRESET_NAMES = ("claude-code", "codex", "kimi-code", "openclaw", "hermes")
+# the real CLIs (services/orchestrator/installed), run as they are; prompt and tools here are
+# their white-box counterpart's, for `k3stack harness compare`
+INSTALLED_NAMES = ("claude-code-cli", "codex-cli")
 
 
 class _Strict(BaseModel):
@@ -99,6 +102,11 @@ class HarnessConfig(_Strict):
     name: str = Field(min_length=1, max_length=64)
     based_on: str | None = None
     description: str = ""
+    kind: Literal["white-box", "installed"] = Field(
+        "white-box",
+        description="white-box: the platform's own loop; installed: the real CLI named by the "
+        "preset (services/orchestrator/installed/catalog.py), its model calls recorded.",
+    )
     system_prompt: str = Field(description="Template file under prompts/ (or inline Jinja).")
     tools: list[str] = Field(description="Native tool names, from the built-in catalogue.")
     mcp_tool_name: str = Field(
@@ -171,7 +179,7 @@ def load_harness(name: str, data_dir: Path | None = None) -> HarnessConfig:
 
 def list_harnesses(data_dir: Path | None = None) -> list[tuple[str, str]]:
     """(name, where) for every preset and user harness."""
-    out = [(n, "preset") for n in PRESET_NAMES]
+    out = [(n, "preset") for n in PRESET_NAMES] + [(n, "installed") for n in INSTALLED_NAMES]
     if data_dir is not None and user_dir(data_dir).is_dir():
         out += [(p.stem, str(p)) for p in sorted(user_dir(data_dir).glob("*.yaml"))]
     return out

@@ -1,0 +1,1 @@
+"""Installed agents: the real Claude Code and Codex CLIs, pinned, run headless by the platform."""

@@ -1,0 +1,287 @@
+"""An episode driven by a real CLI: one headless invocation per simulated day, resumed.
+
+The runner leases the world (as for any episode), serves the recording gateway on a loopback
+port with a route to the episode's policy endpoint, and hands the CLI the world's apps as MCP
+servers (the tools service's ``/worlds/{id}/mcp/{app}``, with the world's token). Day one's
+prompt is the task; each later day's is the clock's notice, after the clock moved to the next
+due event (as the white-box loop does). Every model exchange the gateway saw becomes an
+``exchange`` item and every invocation an ``agent_day`` item; the world is scored as any other.
+
+The CLI runs as a process of the worker with its own HOME and working folder, in a session of
+its own (a stand-in for the sandbox: the sandbox service's process runtime cannot yet host a
+400 MB native binary with loopback access to the gateway; say so in the result, ``runtime``).
+How a day ends is named: the CLI's own end of turn (Claude Code's ``result`` event, Codex's
+``turn.completed`` / ``turn.failed``) goes on to the next day, even with exit status 1 (an API
+error it reported); otherwise ``agent_timeout`` (past the day's wall budget, killed),
+``agent_crashed`` (killed by a signal), ``agent_garbage`` (stdout not its JSON lines) or
+``agent_failed`` (exited without ending its turn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from services.orchestrator.gateway import Route, Routes, serving
+from services.orchestrator.installed.catalog import AGENTS, Agent, require
+from services.orchestrator.installed.launch import (
+    Endpoint,
+    Invocation,
+    MCPServer,
+    claude_invocation,
+    codex_invocation,
+)
+from services.orchestrator.tools.mcp import scenario_apps
+
+RUNTIME = "host-process"
+ENDS = {"claude-code-cli": ("result",), "codex-cli": ("turn.completed", "turn.failed")}
+
+
+@dataclass
+class Day:
+    returncode: int | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    garbage: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    wall_s: float = 0.0
+    stderr_tail: str = ""
+
+
+def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
+    events, garbage = [], []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            garbage.append(line[:200])
+            continue
+        (events if isinstance(value, dict) else garbage).append(value)
+    return events, garbage
+
+
+def outcome(preset: str, day: Day) -> str | None:
+    """None when the CLI ended its turn itself; else the named way the day went wrong."""
+    if day.timed_out:
+        return "agent_timeout"
+    if day.returncode is not None and day.returncode < 0:
+        return "agent_crashed"
+    if day.garbage:
+        return "agent_garbage"
+    if not day.events or day.events[-1].get("type") not in ENDS[preset]:
+        return "agent_failed"
+    return None
+
+
+def run_process(inv: Invocation, timeout_s: float, pidfile: Path | None = None) -> Day:
+    """Run one invocation in its own session; past ``timeout_s`` its whole group is killed."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        inv.argv, env=inv.env, cwd=inv.cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    if pidfile is not None:
+        pidfile.write_text(str(proc.pid))
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        if pidfile is not None:
+            pidfile.unlink(missing_ok=True)
+    events, garbage = parse_output(out or "")
+    return Day(
+        proc.returncode, events, garbage, timed_out, time.monotonic() - started, (err or "")[-2000:]
+    )
+
+
+class InstalledEpisode:
+    """Drives one episode of an installed-agent harness for an :class:`EpisodeRunner`."""
+
+    def __init__(self, runner: Any, request: Any, harness: Any) -> None:
+        self.r = runner
+        self.request = request
+        self.harness = harness
+        self.preset = harness.name if harness.name in AGENTS else str(harness.based_on)
+        self.agent: Agent = require(self.preset)
+        self.home = Path(runner.svc.settings.data_dir) / "agent-runs" / runner.id
+        self.steps: list[dict[str, Any]] = []
+        self.oracle: Any = None
+        self._oracle_seen = -1
+
+    # -- policy endpoint -------------------------------------------------------------------------
+
+    def _route(self, world: Any) -> Route:
+        spec = self.request.policy
+        agent = f"{self.agent.package}@{self.agent.version}"
+        if spec.kind == "oracle":
+            from services.orchestrator.installed.oracle import OracleEngine
+
+            task = self.request.task
+            plan = self.r.svc.tools.get_json(
+                f"/scenarios/{task.scenario}/oracle", params={"seed": task.seed}
+            )
+            self.oracle = OracleEngine(plan, world.now)
+            return Route("", None, self.steps.append, agent=agent, answer=self.oracle.respond)
+        base = spec.base_url or self.r.svc.model.openai_base_url
+        key = spec.api_key or self.r.svc.settings.model.api_key
+        return Route(
+            base, key, self.steps.append, self.harness.budgets.max_output_tokens, agent=agent
+        )  # fmt: skip
+
+    # -- the days ----------------------------------------------------------------------------
+
+    def run(self, job_state: dict[str, Any]) -> None:
+        from services.orchestrator.episode.loop import World
+
+        r, task = self.r, self.request.task
+        state = job_state or {"step": 0, "day": 1, "segment": 0}
+        scenario = r.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
+        if not state.get("world"):
+            created = r.svc.tools.create_world(task.scenario, task.seed)
+            state["world"] = {"id": created.id, "token": created.token}
+            with r.db.session() as s:
+                from services.orchestrator.episode.models import EpisodeRow
+
+                s.get(EpisodeRow, r.id).world_id = created.id
+        w = state["world"]
+        world = World(
+            r.svc.tools, w["id"], w["token"],
+            end=datetime.fromisoformat(scenario["end"]),
+            start=datetime.fromisoformat(scenario["start"]),
+        )  # fmt: skip
+        state.setdefault("session_id", str(uuid.uuid4()))
+        r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
+                          "package": self.agent.package, "runtime": RUNTIME})  # fmt: skip
+        r._persist(state)
+        tools_url = r.svc.tools.base_url
+        mcp = [
+            MCPServer(app, f"{tools_url}/worlds/{w['id']}/mcp/{app}",
+                      {"Authorization": f"Bearer {w['token']}"})
+            for app in scenario_apps(scenario)
+        ]  # fmt: skip
+        routes = Routes()
+        routes.add(r.id, self._route(world))
+        deadline = time.monotonic() + self.harness.budgets.max_wall_s
+        prompt = self._task_prompt(scenario, world.now())
+        reason: str | None = None
+        with serving(routes) as gateway:
+            endpoint = Endpoint(f"{gateway}/episodes/{r.id}", "episode", self._model_name())
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    reason = "max_wall_s"
+                    break
+                day = self._day(endpoint, prompt, mcp, state, left)
+                bad = outcome(self.preset, day)
+                self._record_day(state, day, bad)
+                if bad:
+                    reason = bad
+                    break
+                notice = self._advance(world, state)
+                if notice is None:
+                    reason = "scenario_end"
+                    break
+                prompt = notice
+        state["exit_reason"] = reason
+        if reason in ("scenario_end", "max_wall_s", "agent_timeout"):  # budgets: scored
+            from types import SimpleNamespace
+
+            r._score_and_finish(self.request, SimpleNamespace(world=world), state)
+        else:
+            r._persist(state)
+            r.store.fail(r.id, r.owner, reason or "agent_failed", self._detail(state))
+
+    def _model_name(self) -> str:
+        return self.request.policy.model or "k3"
+
+    def _task_prompt(self, scenario: dict[str, Any], now: datetime) -> str:
+        user = scenario["user"]
+        text = (
+            f"You are the assistant of {user['name']} ({user.get('role') or 'user'}, "
+            f"{user['email']}). {scenario['description']}\nIt is {now.isoformat()} on the world "
+            "clock. Use the MCP tools of the apps to handle what arrives in the mailbox, chat, "
+            "documents and calendar; stop when you are done for now and time will move on."
+        )
+        return text + (
+            f"\n\n{self.request.task.instruction}" if self.request.task.instruction else ""
+        )
+
+    def _day(
+        self, endpoint: Endpoint, prompt: str, mcp: list[MCPServer], state: dict, left: float
+    ) -> Day:
+        cwd = self.home / "work"
+        cwd.mkdir(parents=True, exist_ok=True)
+        resume = state["day"] > 1 or state.get("days_run", 0) > 0
+        if self.preset == "claude-code-cli":
+            inv = claude_invocation(
+                self.agent, endpoint, self.home, cwd, prompt, state["session_id"], resume=resume,
+                mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
+            )  # fmt: skip
+        else:
+            thread = state.get("thread_id") if resume else None
+            inv = codex_invocation(self.agent, endpoint, self.home, cwd, prompt, thread, mcp=mcp)
+        return run_process(inv, left, self.home / "agent.pid")
+
+    def _record_day(self, state: dict[str, Any], day: Day, bad: str | None) -> None:
+        r = self.r
+        for ev in day.events:
+            if ev.get("type") == "thread.started" and ev.get("thread_id"):
+                state["thread_id"] = ev["thread_id"]
+        for step in self.steps:
+            r._emit("exchange", step)
+        state["step"] = state.get("step", 0) + len(self.steps)
+        self.steps.clear()
+        state["days_run"] = state.get("days_run", 0) + 1
+        r._emit("agent_day", {
+            "day": state["day"], "returncode": day.returncode, "outcome": bad or "turn_ended",
+            "wall_s": round(day.wall_s, 3), "events": len(day.events), "garbage": day.garbage[:5],
+            "last_event": day.events[-1] if day.events else None, "stderr_tail": day.stderr_tail,
+        })  # fmt: skip
+        r._persist(state)
+
+    def _advance(self, world: Any, state: dict[str, Any]) -> str | None:
+        """Move the clock to the next due event; the notice for the next day, or None at the
+        scenario's end."""
+        now = world.now()
+        due = [e.due_at for e in world.client.events(world.id).events if e.status == "due"]
+        due = sorted(d for d in due if d is not None)
+        wake = self.oracle.wake_at() if self.oracle is not None else None
+        if wake is not None and wake <= now and self.oracle.next == self._oracle_seen:
+            self.oracle.next += 1  # due, yet not called all day: the client never offered it
+            wake = self.oracle.wake_at()
+        self._oracle_seen = self.oracle.next if self.oracle is not None else 0
+        if wake is not None:  # the oracle's next step is due then (like the loop's wake_at)
+            due = sorted([*due, max(wake, now)])
+        if not due or due[0] > world.end:
+            if now < world.end:
+                world.client.advance(world.id, to=world.end.isoformat())
+            return None
+        target = max(due[0], now)
+        fired = len(world.client.advance(world.id, to=target.isoformat()).fired)
+        state["day"] = (target.date() - world.start.date()).days + 1
+        self.r._emit("clock", {"from": now.isoformat(), "to": target.isoformat(),
+                               "day": state["day"], "fired": fired})  # fmt: skip
+        return (
+            f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {fired} new item(s) "
+            "arrived. Check mail, chat and calendar and handle what needs handling."
+        )
+
+    @staticmethod
+    def _detail(state: dict[str, Any]) -> str:
+        return f"the agent CLI ended day {state.get('day')} as {state.get('exit_reason')}"

@@ -1,0 +1,216 @@
+"""How each real CLI is started headless against a k3stack endpoint: argv, environment, files.
+
+Claude Code: ``claude -p PROMPT --output-format stream-json --verbose`` with ``ANTHROPIC_BASE_URL``
+and ``ANTHROPIC_AUTH_TOKEN``, the world's apps as ``--mcp-config`` (``--strict-mcp-config``: no
+other servers), a fixed ``--session-id`` on day one and ``--resume`` after. Codex: ``codex exec
+--json`` with a generated ``$CODEX_HOME/config.toml`` (one ``model_providers`` entry,
+``wire_api = "responses"``, the world's apps as ``[mcp_servers]``) and a ``model_catalog_json``
+holding one entry for the served model, cut from the binary's own bundled catalogue with
+``apply_patch_tool_type = "freeform"`` (Codex offers ``apply_patch`` only to catalogued models);
+day two on is ``codex exec resume SESSION``. Telemetry, update checks and other traffic are off
+in both, and each gets its own HOME, so nothing from the machine's user leaks in.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.orchestrator.installed.catalog import Agent
+
+QUIET_ENV = {
+    # Claude Code
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+    "IS_SANDBOX": "1",  # root may bypass permission prompts inside a sandbox
+    # Codex
+    "CODEX_DISABLE_UPDATE_CHECK": "1",
+    "NO_COLOR": "1",
+}
+
+
+@dataclass
+class Endpoint:
+    """Where the CLI's model calls go and what it is told the model is."""
+
+    base_url: str  # up to, not including, /v1 (Claude Code appends /v1/messages itself)
+    token: str
+    model: str
+    context_window: int = 131_072
+
+
+@dataclass
+class MCPServer:
+    name: str
+    url: str  # streamable HTTP
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Invocation:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+def _base_env(home: Path) -> dict[str, str]:
+    return {
+        "HOME": str(home),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        **QUIET_ENV,
+    }
+
+
+def claude_invocation(
+    agent: Agent,
+    endpoint: Endpoint,
+    home: Path,
+    cwd: Path,
+    prompt: str,
+    session_id: str,
+    resume: bool = False,
+    mcp: list[MCPServer] | None = None,
+    max_turns: int | None = None,
+) -> Invocation:
+    home.mkdir(parents=True, exist_ok=True)
+    servers = {s.name: {"type": "http", "url": s.url, "headers": s.headers} for s in mcp or []}
+    mcp_file = home / "mcp.json"
+    mcp_file.write_text(json.dumps({"mcpServers": servers}))
+    argv = [
+        str(agent.binary_path()),
+        "-p",
+        prompt,
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        endpoint.model,
+        "--mcp-config",
+        str(mcp_file),
+        "--strict-mcp-config",
+        "--dangerously-skip-permissions",
+        *(["--resume", session_id] if resume else ["--session-id", session_id]),
+        *(["--max-turns", str(max_turns)] if max_turns else []),
+    ]
+    env = {
+        **_base_env(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "ANTHROPIC_BASE_URL": endpoint.base_url,
+        "ANTHROPIC_AUTH_TOKEN": endpoint.token,
+        "ANTHROPIC_MODEL": endpoint.model,
+        "ANTHROPIC_SMALL_FAST_MODEL": endpoint.model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": endpoint.model,
+        "ENABLE_TOOL_SEARCH": "false",  # the world's MCP tools offered up front, not deferred
+    }
+    return Invocation(argv, env, cwd)
+
+
+def codex_catalog(agent: Agent, model: str, context_window: int, home: Path) -> Path:
+    """One catalogue entry for ``model``, from the binary's bundled catalogue (written at run
+    time, never committed: its instructions are the vendor's text)."""
+    out = subprocess.run(
+        [str(agent.binary_path()), "debug", "models", "--bundled"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_base_env(home), "CODEX_HOME": str(home / ".codex")},
+        check=True,
+    ).stdout
+    models = json.loads(out)["models"]
+    plain = [m for m in models if not m.get("tool_mode") and not m.get("use_responses_lite")]
+    entry = dict((plain or models)[0])
+    entry.update(
+        slug=model,
+        display_name=model,
+        apply_patch_tool_type="freeform",
+        context_window=context_window,
+        max_context_window=context_window,
+        supported_in_api=True,
+        supports_search_tool=False,  # MCP tools offered up front, not behind tool_search
+        upgrade=None,
+        availability_nux=None,
+    )
+    path = home / "model_catalog.json"
+    path.write_text(json.dumps({"models": [entry]}))
+    return path
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)  # a TOML basic string is a JSON string for our values
+
+
+def codex_config(
+    agent: Agent, endpoint: Endpoint, home: Path, mcp: list[MCPServer] | None = None
+) -> Path:
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    catalog = codex_catalog(agent, endpoint.model, endpoint.context_window, home)
+    lines = [
+        f"model = {_toml_str(endpoint.model)}",
+        'model_provider = "k3stack"',
+        f"model_catalog_json = {_toml_str(str(catalog))}",
+        'approval_policy = "never"',
+        'sandbox_mode = "danger-full-access"',
+        "check_for_update_on_startup = false",
+        "hide_agent_reasoning = false",
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[feedback]",
+        "enabled = false",
+        "",
+        "[model_providers.k3stack]",
+        'name = "k3stack"',
+        f"base_url = {_toml_str(endpoint.base_url.rstrip('/') + '/v1')}",
+        'wire_api = "responses"',
+        'env_key = "K3STACK_AGENT_TOKEN"',
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
+    ]
+    for s in mcp or []:
+        lines += ["", f"[mcp_servers.{s.name}]", f"url = {_toml_str(s.url)}"]
+        if s.headers:
+            pairs = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in s.headers.items())
+            lines.append(f"http_headers = {{ {pairs} }}")
+    path = codex_home / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def codex_invocation(
+    agent: Agent,
+    endpoint: Endpoint,
+    home: Path,
+    cwd: Path,
+    prompt: str,
+    session_id: str | None = None,
+    mcp: list[MCPServer] | None = None,
+) -> Invocation:
+    """Day one: ``codex exec``; later days resume ``session_id`` (from day one's events)."""
+    codex_config(agent, endpoint, home, mcp)
+    head = [str(agent.binary_path()), "exec"]
+    if session_id:
+        head.append("resume")
+    argv = [
+        *head,
+        "--json",
+        "--skip-git-repo-check",
+        *(["--cd", str(cwd)] if not session_id else []),
+        *([session_id] if session_id else []),
+        prompt,
+    ]
+    env = {
+        **_base_env(home),
+        "CODEX_HOME": str(home / ".codex"),
+        "K3STACK_AGENT_TOKEN": endpoint.token,
+    }
+    return Invocation(argv, env, cwd)

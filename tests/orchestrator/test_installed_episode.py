@@ -1,0 +1,95 @@
+"""Episodes of the `installed` harness kind: the real Claude Code CLI (scripts/setup_agents.sh)
+drives a real world of the tools service through its MCP endpoint, its model calls going through
+the recording gateway to the tiny model; a day runs to its budget without crashing the episode,
+and a CLI killed with SIGKILL mid-day ends it ``agent_crashed`` with its world released."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from services.orchestrator.episode.export import to_shared, trajectory
+from services.orchestrator.episode.models import EpisodeRow
+from services.orchestrator.episode.runner import EpisodeRunner
+from services.orchestrator.episode.schema import EpisodeCreate
+from services.orchestrator.episode.service import create_episode
+from services.orchestrator.installed.catalog import AGENTS
+from shared.trajectory.atif import to_atif
+from tests.model.conftest import model_settings, running
+from tests.orchestrator.cli_capture import LONG_CONTEXT
+
+pytestmark = pytest.mark.timeout(600)
+SCENARIO = "hr_onboarding"
+
+
+@pytest.fixture(scope="module")
+def tiny_long():
+    from services.model.app import create_app
+
+    with running(create_app(model_settings(**LONG_CONTEXT))) as server:
+        yield server.url
+
+
+def _episode(db, model_url: str, **budgets) -> str:
+    body = EpisodeCreate.model_validate(
+        {
+            "task": {"scenario": SCENARIO, "seed": 0},
+            "harness": "claude-code-cli",
+            "policy": {"kind": "openai", "base_url": model_url + "/v1", "model": "k3-tiny"},
+            "budgets": budgets,
+        }
+    )
+    return create_episode(db, body, lambda _id: None)
+
+
+def _row(db, episode_id: str) -> EpisodeRow:
+    with db.session() as s:
+        row = s.get(EpisodeRow, episode_id)
+        s.expunge(row)
+    return row
+
+
+def test_real_cli_on_the_tiny_model_runs_its_day_and_is_scored(orch_db, services, tiny_long):
+    assert AGENTS["claude-code-cli"].installed()
+    episode_id = _episode(orch_db, tiny_long, max_output_tokens=8, steps_per_day=1, max_wall_s=240)
+    EpisodeRunner(orch_db, services, episode_id).run()
+    row = _row(orch_db, episode_id)
+    assert row.status == "succeeded", (row.error_code, row.error_message)
+    assert row.result["events_total"] > 0 and row.resources_released
+    doc = trajectory(orch_db, episode_id)
+    days = [i for i in doc["items"] if i["kind"] == "agent_day"]
+    assert days and days[0]["outcome"] == "turn_ended", days[:1]
+    exchanges = [i for i in doc["items"] if i["kind"] == "exchange"]
+    # with the world's 46 MCP tools the prompt may pass the tiny model's context: a 400 the CLI
+    # reports and ends its turn on, never a 5xx nor a crash
+    assert exchanges and all(x["status"] < 500 for x in exchanges)
+    assert all(d["outcome"] == "turn_ended" for d in days), days
+    assert all(x["request"]["max_tokens"] == 8 for x in exchanges if x["api"] == "messages")
+    atif = to_atif(to_shared(doc))
+    agent = AGENTS["claude-code-cli"]
+    assert (atif["agent"]["name"], atif["agent"]["version"]) == (agent.name, agent.version)
+
+
+def test_sigkill_mid_day_is_agent_crashed_and_releases_the_world(
+    orch_db, services, tiny_long, tools_url
+):
+    episode_id = _episode(orch_db, tiny_long, max_output_tokens=8, max_wall_s=400)
+    runner = threading.Thread(target=EpisodeRunner(orch_db, services, episode_id).run)
+    runner.start()
+    pidfile = services.settings.data_dir / "agent-runs" / episode_id / "agent.pid"
+    deadline = time.monotonic() + 240
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pidfile.exists(), "the CLI never started"
+    time.sleep(3)  # mid-day: it is starting up or waiting on its first model call
+    os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+    runner.join(120)
+    row = _row(orch_db, episode_id)
+    assert (row.status, row.error_code) == ("failed", "agent_crashed"), row.error_message
+    assert row.resources_released
+    assert httpx.get(f"{tools_url}/worlds/{row.world_id}/clock").status_code == 404
