@@ -37,7 +37,14 @@ from shared.jobs import FINISHED, JobCancelled, JobPolicy, JobRun, JobStore, hea
 log = logging.getLogger("k3stack.orchestrator")
 TERMINAL = tuple(str(s) for s in FINISHED)
 TASK_NAME = "orchestrator.run_episode"
-QUEUE = "orchestrator"
+QUEUE = "orchestrator"  # the default; K3STACK_ORCHESTRATOR__QUEUE renames it
+
+
+def episode_queue(settings: Any = None) -> str:
+    """The Celery queue episodes are sent to: the one the orchestrator's worker consumes."""
+    from shared.settings import get_settings
+
+    return (settings or get_settings()).service_queue("orchestrator")
 
 
 def now_utc() -> datetime:

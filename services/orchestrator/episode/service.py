@@ -11,12 +11,12 @@ from sqlalchemy import select
 
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import (
-    QUEUE,
     TASK_NAME,
     TERMINAL,
     EpisodeStore,
     Services,
     _aware,
+    episode_queue,
     release_resources,
 )
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EventResult
@@ -46,7 +46,7 @@ def create_episode(db: Any, body: EpisodeCreate, enqueue: Callable[[str], None])
     the row failed (``enqueue_failed``), never "queued" forever."""
     store = EpisodeStore(db)
     job = store.create(
-        kind="episode", payload=body.model_dump(mode="json"), task_name=TASK_NAME, queue=QUEUE,
+        kind="episode", payload=body.model_dump(mode="json"), task_name=TASK_NAME, queue=episode_queue(),
         job_id="ep_" + uuid.uuid4().hex[:20],
     )  # fmt: skip
     try:
