@@ -18,7 +18,19 @@ from services.orchestrator.context.tokens import TokenCounter
 from services.orchestrator.harness.config import ContextPolicy
 
 Message = dict[str, Any]
-Summarize = Callable[[list[Message], str], str]
+
+
+@dataclass
+class Summary:
+    """A summarising model call's answer and what it cost (counted against the budgets)."""
+
+    text: str
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+    latency_ms: float | None = None
+
+
+Summarize = Callable[[list[Message], str], "str | Summary"]
 
 
 def units(messages: list[Message]) -> list[list[Message]]:
@@ -96,6 +108,7 @@ class Compaction:
     dropped_units: int = 0
     masked: int = 0
     notes: list[str] = field(default_factory=list)
+    call: Summary | None = None  # the summarising model call, when one was made
 
 
 class Compactor:
@@ -231,12 +244,14 @@ class Compactor:
         if not middle and start < len(groups):
             start += 1  # nothing older to summarise: summarise the oldest kept unit
             middle = flatten(groups[head:start])
-        text = self.summarize(middle, summary_prompt(cfg))
+        answer = self.summarize(middle, summary_prompt(cfg))
+        call = answer if isinstance(answer, Summary) else None
+        text = answer.text if isinstance(answer, Summary) else answer
         text = ensure_sections(_strip_thinking(text), cfg.summary_sections)
         summary_msg = {"role": cfg.summary_role, "content": cfg.summary_prefix + text}
         tail = groups[start:]
         out = [system, *flatten(groups[:head]), summary_msg, *flatten(tail)]
-        comp = Compaction("summary", out, before, self.count(out), summary=text)
+        comp = Compaction("summary", out, before, self.count(out), summary=text, call=call)
         keep_head = [system, *flatten(groups[:head])]
 
         def rebuild(summary: str) -> None:

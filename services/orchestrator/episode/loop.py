@@ -209,6 +209,7 @@ class Loop:
             max_tokens=rt.harness.budgets.max_output_tokens,
             reasoning_effort=rt.harness.reasoning_effort,
         )
+        began = time.monotonic()
         try:
             turn: Turn = rt.policy.act(view)
         except Exception as exc:  # noqa: BLE001 - an endpoint failure is recorded, then retried
@@ -216,6 +217,7 @@ class Loop:
             s["policy_error"] = f"{type(exc).__name__}: {exc}"[:2000]
             self.emit("error", {"where": "policy", "message": s["policy_error"]})
             return
+        latency_ms = round((time.monotonic() - began) * 1000, 3)
         s["policy_failures"], s["policy_error"] = 0, None
         s["step"] += 1
         s["day_steps"] += 1
@@ -236,6 +238,7 @@ class Loop:
                 "logprobs": turn.logprobs,
                 "prompt_tokens_counted": s["tokens"],
                 "options": turn.options,
+                "latency_ms": latency_ms,
             },
         )
         if turn.tool_calls:
@@ -254,7 +257,9 @@ class Loop:
         i = s["pending_index"]
         call = s["pending"][i]
         key = f"{rt.episode_id}:{s['pending_step']}:{i}"
+        began = time.monotonic()
         observation, is_error, replayed = self._observe(call, key)
+        duration_ms = round((time.monotonic() - began) * 1000, 3)
         s["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": observation})
         self.emit(
             "tool",
@@ -267,6 +272,7 @@ class Loop:
                 "is_error": is_error,
                 "idempotency_key": key,
                 "replayed": replayed,
+                "duration_ms": duration_ms,
             },
         )
         s["pending_index"] = i + 1
@@ -388,6 +394,10 @@ class Loop:
             s["compaction_failures"] += 1
             self.emit("error", {"where": "compaction", "message": f"{type(exc).__name__}: {exc}"})
             return
+        call = out.call
+        if call is not None:  # the summary call's tokens count against the budgets too
+            for k in ("prompt_tokens", "completion_tokens"):
+                s["usage"][k] += int(call.usage.get(k, 0))
         if out.tokens_after >= rt.compactor.threshold or not calls_paired(out.messages[1:]):
             s["compaction_failures"] += 1
             self.emit(
@@ -415,6 +425,9 @@ class Loop:
                 "kept_messages": len(out.messages),
                 "context": out.messages,
                 "counter": rt.compactor.counter.name,
+                "usage": call.usage if call else None,
+                "model": call.model if call else None,
+                "latency_ms": call.latency_ms if call else None,
             },
         )
 

@@ -12,10 +12,13 @@ arguments) plus usage; summaries for compaction come from the same policy.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from services.orchestrator.context.compaction import Summary
 
 
 @dataclass
@@ -109,12 +112,7 @@ class OpenAIPolicy:
             for c in (msg.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        usage = {}
-        if resp.usage is not None:
-            usage = {
-                "prompt_tokens": resp.usage.prompt_tokens,
-                "completion_tokens": resp.usage.completion_tokens,
-            }
+        usage = _usage(resp)
         reasoning = getattr(msg, "reasoning_content", None)
         return Turn(
             content=msg.content or "",
@@ -126,8 +124,9 @@ class OpenAIPolicy:
             options=options,
         )
 
-    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
+    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> Summary:
         transcript = render_transcript(messages)
+        began = time.monotonic()
         resp = self.client.chat.completions.create(
             model=self.model,
             messages=[
@@ -136,7 +135,20 @@ class OpenAIPolicy:
             ],
             max_tokens=1024,
         )
-        return resp.choices[0].message.content or ""
+        usage = _usage(resp)
+        return Summary(
+            resp.choices[0].message.content or "", usage, resp.model,
+            round((time.monotonic() - began) * 1000, 3),
+        )  # fmt: skip
+
+
+def _usage(resp: Any) -> dict[str, int]:
+    if resp.usage is None:
+        return {}
+    return {
+        "prompt_tokens": resp.usage.prompt_tokens,
+        "completion_tokens": resp.usage.completion_tokens,
+    }
 
 
 def render_transcript(messages: list[dict[str, Any]], limit: int = 400) -> str:

@@ -149,9 +149,10 @@ class EpisodeRunner:
         self.store = EpisodeStore(db, services.settings)
         self.owner = ""
         self.policy_override = policy
-        self.items: list[tuple[str, dict[str, Any]]] = []
+        self.items: list[tuple[str, dict[str, Any], datetime, int]] = []
         self.seq: int | None = None
         self.max_steps = 1
+        self._segment = 0
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -184,6 +185,7 @@ class EpisodeRunner:
                 state = self._setup(request, harness)
             else:  # resuming: the context is the trajectory's, replayed
                 state["messages"] = context_from_items(self.db, self.id)
+            self._segment = state.get("segment", 0)
             rt = self._runtime(request, harness, state)
             self._check_fits(rt, state)
             loop = Loop(rt, state, self._emit)
@@ -205,7 +207,11 @@ class EpisodeRunner:
             self.release()
 
     def _emit(self, kind: str, body: dict[str, Any]) -> None:
-        self.items.append((kind, body))
+        """An item, stamped with the time it happened and the segment it belongs to (a
+        compaction item opens the segment it names)."""
+        segment = body.get("segment_to", self._segment)
+        self._segment = segment
+        self.items.append((kind, body, now_utc(), segment))
 
     def _persist(self, state: dict[str, Any]) -> None:
         """One transaction per tick: the new trajectory items, the state (counters, cursor,
@@ -226,11 +232,11 @@ class EpisodeRunner:
                 ).first()
                 self.seq = last or 0
             seq = self.seq + 1
-            for kind, body in self.items:
+            for kind, body, at, segment in self.items:
                 s.add(
                     TrajectoryItemRow(
-                        episode_id=self.id, seq=seq, segment=state.get("segment", 0),
-                        kind=kind, at=now, body=json.loads(json.dumps(body, default=str)),
+                        episode_id=self.id, seq=seq, segment=segment,
+                        kind=kind, at=at, body=json.loads(json.dumps(body, default=str)),
                     )
                 )  # fmt: skip
                 seq += 1
