@@ -59,6 +59,10 @@ class Keep(_Strict):
     tail_fraction: float = Field(
         0.0, ge=0, le=0.5, description="Newest messages up to this share of the window."
     )
+    task: bool = Field(False, description="The first user message (the task) stays verbatim.")
+    latest_user: bool = Field(
+        False, description="The newest user message (a clock notice) is restated after a summary."
+    )
 
 
 class ContextPolicy(_Strict):
