@@ -26,17 +26,27 @@ def _check_request(body: EpisodeCreate, request: Request) -> None:
         raise bad_request(f"harness: {exc.args[0]}") from None
     except HarnessError as exc:
         raise bad_request(f"harness: {exc}") from None
-    if body.task.scenario:
-        from shared.clients import ServiceError
+    from shared.clients import ServiceError
 
+    svc = request.app.state.services
+    if body.task.scenario:
         try:
-            request.app.state.services.tools.scenario(body.task.scenario)
+            svc.tools.scenario(body.task.scenario)
         except ServiceError as exc:
             if exc.status == 404:
                 raise bad_request(
                     f"task.scenario: unknown scenario {body.task.scenario!r}"
                 ) from None
             raise APIError(503, "tools_unavailable", f"tools service: {exc}") from None
+    if body.task.sandbox_template:
+        try:
+            svc.sandbox.template(body.task.sandbox_template)
+        except ServiceError as exc:
+            if exc.status == 404:
+                raise bad_request(
+                    f"task.sandbox_template: unknown template {body.task.sandbox_template!r}"
+                ) from None
+            raise APIError(503, "sandbox_unavailable", f"sandbox service: {exc}") from None
 
 
 @router.post("/episodes", response_model=Episode, status_code=202, operation_id="createEpisode")

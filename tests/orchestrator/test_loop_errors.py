@@ -191,4 +191,7 @@ def test_a_policy_that_keeps_failing_says_why(orch_db, services) -> None:
     with orch_db.session() as s:
         ep = episode_view(s.get(EpisodeRow, episode_id))
     assert ep.exit_reason == "policy_error" and ep.step == 0
+    # a policy that never answered is a failed episode (still scored), never "succeeded"
+    assert ep.status == "failed" and ep.error_code == "policy_error"
+    assert ep.events_total and ep.reward is not None
     assert ep.exit_detail == "RuntimeError: endpoint says no (HTTP 400)"

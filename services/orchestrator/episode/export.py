@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import select
 
 from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
+from services.orchestrator.episode.stop import StopReason
 
 FORMAT = "k3stack.trajectory/orchestrator-1"
 
@@ -67,16 +68,6 @@ def write_artifacts(db: Any, svc: Any, episode_id: str) -> str | None:
     svc.objects.put(f"{prefix}/trajectory.json", to_shared(doc).to_json().encode())
     svc.objects.put(f"{prefix}/report.html", render_report(doc).encode())
     return prefix
-
-
-EXIT = {
-    "completed": "completed",
-    "scenario_end": "completed",
-    "max_steps": "max_steps",
-    "max_tokens": "max_tokens",
-    "max_wall_s": "timeout",
-    "policy_error": "error",
-}
 
 
 def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
@@ -162,7 +153,8 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
         elif status == "failed":
             traj.finish("error", reason=doc.get("error_message"), reward=meta.reward)
         else:
-            traj.finish(EXIT.get(reason or "", "completed"), reason=reason, reward=meta.reward)  # type: ignore[arg-type]
+            exit_status = StopReason(reason or "completed").trajectory_exit
+            traj.finish(exit_status, reason=reason, reward=meta.reward)  # type: ignore[arg-type]
     return traj
 
 

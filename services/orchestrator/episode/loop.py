@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from services.orchestrator.context.compaction import Compactor, calls_paired
 from services.orchestrator.episode.policy import Turn, View
+from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig
 from services.orchestrator.tools.base import Tool, ToolFailure, ToolSet, parse_arguments
 from services.orchestrator.tools.builtin import ToolContext
@@ -152,7 +153,7 @@ class Loop:
             return
         reason = self._over_budget()
         if reason:
-            if reason == "policy_error":
+            if reason is StopReason.policy_error:
                 s["exit_detail"] = s.get("policy_error")
             self.finish(reason)
             return
@@ -179,21 +180,21 @@ class Loop:
                 return
             self._execute_next()
 
-    def finish(self, reason: str) -> None:
-        self.s["exit_reason"] = reason
+    def finish(self, reason: StopReason) -> None:
+        self.s["exit_reason"] = StopReason(reason).value
         self.s["phase"] = "scoring"
 
-    def _over_budget(self) -> str | None:
+    def _over_budget(self) -> StopReason | None:
         b = self.rt.harness.budgets
         s = self.s
         if s["step"] >= b.max_steps:
-            return "max_steps"
+            return StopReason.max_steps
         if s["usage"]["prompt_tokens"] + s["usage"]["completion_tokens"] >= b.max_tokens:
-            return "max_tokens"
+            return StopReason.max_tokens
         if s["wall_s"] >= b.max_wall_s:
-            return "max_wall_s"
+            return StopReason.max_wall_s
         if s["policy_failures"] >= MAX_POLICY_FAILURES:
-            return "policy_error"
+            return StopReason.policy_error
         return None
 
     # -- model --------------------------------------------------------------------------------
@@ -343,7 +344,7 @@ class Loop:
         s, w = self.s, self.rt.world
         s["turn_ended"] = False
         if w is None:
-            self.finish("completed")
+            self.finish(StopReason.completed)
             return
         events = w.client.events(w.id).events
         now = w.now()
@@ -354,7 +355,7 @@ class Loop:
             if now < w.end:
                 w.client.advance(w.id, to=w.end.isoformat())
                 self._clock_item(now, w.end)
-            self.finish("scenario_end")
+            self.finish(StopReason.scenario_end)
             return
         target = max(due[0], now)
         out = w.client.advance(w.id, to=target.isoformat())

@@ -26,6 +26,7 @@ from services.orchestrator.episode.loop import Loop, Runtime, World, initial_sta
 from services.orchestrator.episode.models import EpisodeRow, ToolCallRow, TrajectoryItemRow
 from services.orchestrator.episode.policy import OpenAIPolicy, OraclePolicy
 from services.orchestrator.episode.schema import EpisodeCreate
+from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig, load_harness
 from services.orchestrator.harness.prompt import render_system_prompt
 from services.orchestrator.skills import load_skills
@@ -436,7 +437,14 @@ class EpisodeRunner:
                 .where(EpisodeRow.id == self.id, EpisodeRow.owner == self.owner)
                 .values(reward=reward, updated_at=now_utc())
             )
-        if not self.store.succeed(self.id, self.owner, result, None):
+        reason = StopReason(state.get("exit_reason") or StopReason.completed)
+        if reason.job_status == "failed":  # scored, but a failed job: it says why
+            detail = state.get("exit_detail") or reason.value
+            if not self.store.fail(self.id, self.owner, reason.value, str(detail)[:2000]):
+                raise JobCancelled(self.id)
+            with self.db.session() as s:
+                s.execute(update(EpisodeRow).where(EpisodeRow.id == self.id).values(result=result))
+        elif not self.store.succeed(self.id, self.owner, result, None):
             raise JobCancelled(self.id)
         try:
             from services.orchestrator.episode.export import write_artifacts

@@ -125,6 +125,11 @@ class HarnessConfig(_Strict):
             raise ValueError(f"unknown tools {unknown}; known: {sorted(CATALOGUE)}")
         if "{tool}" not in self.mcp_tool_name:
             raise ValueError("mcp_tool_name must contain {tool}")
+        from services.orchestrator.harness.prompt import check_template
+
+        problem = check_template(self.system_prompt)
+        if problem:
+            raise ValueError(f"system_prompt: {problem}")
         return self
 
 
