@@ -341,26 +341,38 @@ class Loop:
     # -- clock --------------------------------------------------------------------------------
 
     def _end_turn(self) -> None:
+        """Move the world clock, in two ticks: the first decides where to (and is persisted),
+        the second moves it there. A worker killed after the move but before its persist is
+        resumed with the same target, and moving to where the clock already is does nothing,
+        so the clock never moves twice."""
         s, w = self.s, self.rt.world
-        s["turn_ended"] = False
         if w is None:
+            s["turn_ended"] = False
             self.finish(StopReason.completed)
             return
-        events = w.client.events(w.id).events
-        now = w.now()
-        due = sorted(e.due_at for e in events if e.status == "due" and e.due_at is not None)
-        if s.get("wake_at"):  # the policy asked to be woken then (a scripted solver)
-            due = sorted([*due, max(datetime.fromisoformat(s.pop("wake_at")), now)])
-        if not due or due[0] > w.end:
-            if now < w.end:
+        plan = s.get("clock_target")
+        if plan is None:
+            events = w.client.events(w.id).events
+            now = w.now()
+            due = sorted(e.due_at for e in events if e.status == "due" and e.due_at is not None)
+            if s.get("wake_at"):  # the policy asked to be woken then (a scripted solver)
+                due = sorted([*due, max(datetime.fromisoformat(s.pop("wake_at")), now)])
+            end = not due or due[0] > w.end
+            target = w.end if end else max(due[0], now)
+            s["clock_target"] = {"from": now.isoformat(), "to": target.isoformat(), "end": end}
+            return
+        s["turn_ended"] = False
+        s.pop("clock_target")
+        before, target = datetime.fromisoformat(plan["from"]), datetime.fromisoformat(plan["to"])
+        if plan["end"]:
+            if before < w.end:
                 w.client.advance(w.id, to=w.end.isoformat())
-                self._clock_item(now, w.end)
+                self._clock_item(before, w.end)
             self.finish(StopReason.scenario_end)
             return
-        target = max(due[0], now)
         out = w.client.advance(w.id, to=target.isoformat())
         s["day"] = (target.date() - w.start.date()).days + 1
-        self._clock_item(now, target, fired=out.fired)
+        self._clock_item(before, target, fired=out.fired)
         s["day_steps"] = 0  # a fresh step budget after every move of the clock
         fired = len(out.fired)
         note = f"{fired} new item(s) arrived" if fired else "Nothing new has arrived yet"
