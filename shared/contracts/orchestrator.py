@@ -66,6 +66,13 @@ class PolicySpec(_Strict):
     model: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="A 64-bit integer.")
+    tool_choice: Literal["auto", "required", "none"] | None = Field(
+        None, description="Sent as is (required: every turn calls a tool)."
+    )
+    reasoning_effort: Literal["none", "low", "medium", "high"] | None = Field(
+        None, description="Overrides the harness's (none: the model's instruct mode)."
+    )
+    timeout_s: float = Field(600.0, gt=0, le=3600, description="One model request's timeout.")
 
     @field_validator("base_url")
     @classmethod

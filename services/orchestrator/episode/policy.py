@@ -80,6 +80,9 @@ class OpenAIPolicy:
         timeout_s: float = 600.0,
         temperature: float | None = None,
         seed: int | None = None,
+        tool_choice: str | None = None,
+        reasoning_effort: str | None = None,
+        summary_max_tokens: int = 1024,
     ) -> None:
         from openai import OpenAI
 
@@ -88,6 +91,9 @@ class OpenAIPolicy:
         self._model = model
         self.temperature = temperature
         self.seed = seed
+        self.tool_choice = tool_choice
+        self.reasoning_effort = reasoning_effort
+        self.summary_max_tokens = summary_max_tokens
 
     @property
     def model(self) -> str:
@@ -101,6 +107,10 @@ class OpenAIPolicy:
             options["temperature"] = self.temperature
         if self.seed is not None:
             options["seed"] = self.seed
+        if self.reasoning_effort is not None:
+            options["reasoning_effort"] = self.reasoning_effort
+        if self.tool_choice is not None and view.tools:
+            options["tool_choice"] = self.tool_choice
         kwargs: dict[str, Any] = {"model": self.model, "messages": view.messages, **options}
         if view.tools:
             kwargs["tools"] = view.tools
@@ -133,7 +143,8 @@ class OpenAIPolicy:
                 {"role": "system", "content": prompt},
                 {"role": "user", "content": transcript},
             ],
-            max_tokens=1024,
+            max_tokens=self.summary_max_tokens,
+            **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort else {}),
         )
         usage = _usage(resp)
         return Summary(

@@ -377,8 +377,10 @@ class EpisodeRunner:
         base_url = spec.base_url or self.svc.model.openai_base_url
         api_key = spec.api_key or self.svc.settings.model.api_key
         return OpenAIPolicy(
-            base_url, api_key, spec.model, temperature=spec.temperature, seed=spec.seed
-        )
+            base_url, api_key, spec.model, timeout_s=spec.timeout_s, temperature=spec.temperature,
+            seed=spec.seed, tool_choice=spec.tool_choice, reasoning_effort=spec.reasoning_effort,
+            summary_max_tokens=min(1024, request.budgets.max_output_tokens or 1024),
+        )  # fmt: skip
 
     def _model_window(self, request: EpisodeCreate) -> int | None:
         """The model service's context length, when the policy is the model service."""
