@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from services.orchestrator.context.compaction import Compactor, calls_paired
 from services.orchestrator.episode.policy import Turn, View
@@ -24,6 +24,9 @@ from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig
 from services.orchestrator.tools.base import Tool, ToolFailure, ToolSet, parse_arguments
 from services.orchestrator.tools.builtin import ToolContext
+
+if TYPE_CHECKING:
+    from services.orchestrator.episode.protocols import Policy
 
 MAX_POLICY_FAILURES = 3
 
@@ -77,7 +80,7 @@ class Runtime:
     harness: HarnessConfig
     tools: ToolSet
     ctx: ToolContext
-    policy: Any
+    policy: Policy
     compactor: Compactor
     journal: Journal
     world: World | None = None

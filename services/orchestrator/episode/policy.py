@@ -92,6 +92,7 @@ class OpenAIPolicy:
         self.temperature = temperature
         self.seed = seed
         self.tool_choice = tool_choice
+        self.sections: list[str] = []  # the model writes its own sections (see the prompt)
         self.reasoning_effort = reasoning_effort
         self.summary_max_tokens = summary_max_tokens
 

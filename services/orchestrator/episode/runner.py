@@ -25,6 +25,7 @@ from services.orchestrator.context.tokens import ApproxTokenCounter, ModelTokenC
 from services.orchestrator.episode.loop import Loop, Runtime, World, initial_state
 from services.orchestrator.episode.models import EpisodeRow, ToolCallRow, TrajectoryItemRow
 from services.orchestrator.episode.policy import OpenAIPolicy, OraclePolicy
+from services.orchestrator.episode.protocols import Policy
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig, load_harness
@@ -129,9 +130,25 @@ class ContextTooSmall(Exception):
     """The fixed part of the context alone does not fit the model's window."""
 
 
+STATIC = ("messages", "scenario")
+
+
 def persisted(state: dict[str, Any]) -> dict[str, Any]:
-    """The state as stored: everything but the context (the trajectory holds that)."""
-    return {k: v for k, v in state.items() if k != "messages"}
+    """The state as stored after every tick: the small, changing part. The context and the
+    scenario instance (tens of KB, fixed at setup) live in the trajectory's items, appended
+    once, so a tick never rewrites them."""
+    return {k: v for k, v in state.items() if k not in STATIC}
+
+
+def scenario_from_items(db: Any, episode_id: str) -> dict[str, Any] | None:
+    """The scenario instance the episode was set up with (its ``scenario`` item)."""
+    with db.session() as s:
+        body = s.scalars(
+            select(TrajectoryItemRow.body).where(
+                TrajectoryItemRow.episode_id == episode_id, TrajectoryItemRow.kind == "scenario"
+            )
+        ).first()
+    return (body or {}).get("scenario")
 
 
 def context_from_items(db: Any, episode_id: str) -> list[dict[str, Any]]:
@@ -143,7 +160,9 @@ def context_from_items(db: Any, episode_id: str) -> list[dict[str, Any]]:
 
 
 class EpisodeRunner:
-    def __init__(self, db: Any, services: Services, episode_id: str, policy: Any = None) -> None:
+    def __init__(
+        self, db: Any, services: Services, episode_id: str, policy: Policy | None = None
+    ) -> None:
         self.db = db
         self.svc = services
         self.id = episode_id
@@ -186,6 +205,7 @@ class EpisodeRunner:
                 state = self._setup(request, harness)
             else:  # resuming: the context is the trajectory's, replayed
                 state["messages"] = context_from_items(self.db, self.id)
+                state["scenario"] = scenario_from_items(self.db, self.id)
             self._segment = state.get("segment", 0)
             rt = self._runtime(request, harness, state)
             self._check_fits(rt, state)
@@ -298,6 +318,8 @@ class EpisodeRunner:
         state["sandbox_id"] = sandbox_id
         state["clock"] = now
         state["scratch"]["memory_files"] = dict(request.memory)
+        if scenario:
+            self._emit("scenario", {"scenario": scenario})
         self._emit("system", {"message": state["messages"][0]})
         self._emit("user", {"message": state["messages"][1]})
         self._persist(state)
@@ -328,8 +350,7 @@ class EpisodeRunner:
             self._emit("tools", {"tools": tools.specs()})
             state["tools_recorded"] = True
         policy = self.policy_override or self._policy(request, world)
-        if hasattr(policy, "sections"):
-            policy.sections = list(harness.context.summary_sections)
+        policy.sections = list(harness.context.summary_sections)
         window = request.context_window or self._model_window(request) or harness.context.window
         counter = self._counter(request)
         compactor = Compactor(harness.context, window, counter, policy.summarize, tools.specs())
@@ -361,7 +382,7 @@ class EpisodeRunner:
                 "or give the episode a larger context_window"
             )
 
-    def _policy(self, request: EpisodeCreate, world: World | None) -> Any:
+    def _policy(self, request: EpisodeCreate, world: World | None) -> Policy:
         spec = request.policy
         if spec.kind == "oracle":
             assert world is not None
