@@ -88,3 +88,25 @@ def test_a_property_named_title_stays_in_the_schema() -> None:
     """Kimi Code's SetTodoList items have a ``title`` property; the schema lists it."""
     item = CATALOGUE["SetTodoList"].parameters["$defs"]["KimiTodo"]
     assert "title" in item["properties"] and "title" in item["required"]
+
+
+def test_every_world_tool_schema_is_valid_and_satisfiable(services) -> None:
+    """The world's app tools (the tools service's MCP ``tools/list``) as every preset names
+    them: valid JSON Schema, ``required`` within ``properties``, a generated call valid."""
+    from services.orchestrator.tools.mcp import WorldMCP, scenario_apps, world_tools
+
+    tools = services.tools
+    scenario = tools.scenario("hr_onboarding", 1).model_dump(mode="json")
+    created = tools.create_world("hr_onboarding", 1)
+    try:
+        mcp = WorldMCP(tools, created.id, created.token)
+        for preset in PRESET_NAMES:
+            found = world_tools(mcp, scenario_apps(scenario), load_harness(preset).mcp_tool_name)
+            assert len(found) >= 20
+            for tool in found:
+                schema = tool.spec()["function"]["parameters"]
+                Draft202012Validator.check_schema(schema)
+                assert required_declared(schema, tool.name) == []
+                Draft202012Validator(schema).validate(example(schema, schema))
+    finally:
+        tools.delete_world(created.id)
