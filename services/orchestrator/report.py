@@ -57,7 +57,7 @@ def render_report(doc: dict[str, Any]) -> str:
     for it in items:
         if it["kind"] == "clock":
             day = it.get("day", day)
-        if it["kind"] in ("system", "score", "tools", "scenario"):
+        if it["kind"] in ("system", "score", "tools", "scenario", "harness"):
             continue
         if not days or days[-1][0] != day:
             days.append((day, []))

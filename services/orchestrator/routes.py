@@ -10,7 +10,7 @@ from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
 from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
-from services.orchestrator.harness.config import HarnessError, load_harness
+from services.orchestrator.harness.config import HarnessConfig, HarnessError, load_harness
 from services.orchestrator.report import render_report
 from shared.errors import APIError, bad_request, not_found
 from shared.trajectory import Trajectory
@@ -18,10 +18,11 @@ from shared.trajectory import Trajectory
 router = APIRouter(tags=["episodes"])
 
 
-def _check_request(body: EpisodeCreate, request: Request) -> None:
+def _check_request(body: EpisodeCreate, request: Request) -> HarnessConfig:
+    """Every field that could fail later, checked now; the resolved harness."""
     settings = request.app.state.settings
     try:
-        load_harness(body.harness, settings.data_dir)
+        harness = load_harness(body.harness, settings.data_dir)
     except KeyError as exc:
         raise bad_request(f"harness: {exc.args[0]}") from None
     except HarnessError as exc:
@@ -47,14 +48,15 @@ def _check_request(body: EpisodeCreate, request: Request) -> None:
                     f"task.sandbox_template: unknown template {body.task.sandbox_template!r}"
                 ) from None
             raise APIError(503, "sandbox_unavailable", f"sandbox service: {exc}") from None
+    return harness
 
 
 @router.post("/episodes", response_model=Episode, status_code=202, operation_id="createEpisode")
 def post_episode(body: EpisodeCreate, request: Request) -> Episode:
     """Queue an episode (task + harness + policy + budgets); poll ``GET /episodes/{id}``."""
-    _check_request(body, request)
+    harness = _check_request(body, request)
     db = request.app.state.db
-    episode_id = create_episode(db, body, request.app.state.enqueue)
+    episode_id = create_episode(db, body, request.app.state.enqueue, harness)
     with db.session() as s:
         return episode_view(s.get(EpisodeRow, episode_id))
 

@@ -198,7 +198,7 @@ class EpisodeRunner:
                 row = s.get(EpisodeRow, self.id)
                 request = EpisodeCreate.model_validate(row.request)
                 state = dict(row.state or {})
-            harness = load_harness(request.harness, self.svc.settings.data_dir)
+            harness = self._harness(request)
             for k, v in request.budgets.model_dump(exclude_none=True).items():
                 setattr(harness.budgets, k, v)
             if not state:
@@ -226,6 +226,21 @@ class EpisodeRunner:
             self.store.fail(self.id, self.owner, type(exc).__name__, str(exc)[:2000])
         finally:
             self.release()
+
+    def _harness(self, request: EpisodeCreate) -> HarnessConfig:
+        """The harness stored with the episode (at submit, or at its first start), so every
+        resume runs the configuration it started with."""
+        with self.db.session() as s:
+            body = s.scalars(
+                select(TrajectoryItemRow.body).where(
+                    TrajectoryItemRow.episode_id == self.id, TrajectoryItemRow.kind == "harness"
+                )
+            ).first()
+        if body is not None:
+            return HarnessConfig.model_validate(body["harness"])
+        harness = load_harness(request.harness, self.svc.settings.data_dir)
+        self._emit("harness", {"harness": harness.model_dump(mode="json")})
+        return harness
 
     def _emit(self, kind: str, body: dict[str, Any]) -> None:
         """An item, stamped with the time it happened and the segment it belongs to (a
