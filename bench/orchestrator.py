@@ -1,5 +1,8 @@
 """Orchestrator overhead and throughput.
 
+0. A scenario episode (oracle policy, the real tools service, the model service's tokenizer
+   counting the context): the orchestrator's own time per tick (the tick and its commit, less
+   the time spent in HTTP requests to the services; goal <= 10 ms median) beside the services'.
 1. Per-step orchestration overhead (goal < 10 ms): an episode driven by a zero-latency scripted
    model whose every turn calls one local tool (TodoWrite), run by the real EpisodeRunner on a
    SQLite file — so each step costs the loop, argument validation, the tool, token counting and
@@ -187,15 +190,130 @@ def throughput(workers: int, episodes: int, scenario: str, tmp: Path) -> float:
             _stop(p)
 
 
+def _service(name: str, run: Path, extra: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    """Start the real ``name`` service on a free port; (process, url)."""
+    port = _free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("K3STACK_")}
+    env = {**base, "PYTHONPATH": str(REPO), "K3STACK_ENV_FILE": "/nonexistent",
+           "K3STACK_DATA_DIR": str(run / name), "K3STACK_AUTH_ENABLED": "false",
+           "OMP_NUM_THREADS": "1", **(extra or {})}  # fmt: skip
+    log = run / f"{name}.log"
+    proc = _start([sys.executable, "-m", f"services.{name}", "--port", str(port)], env, log)
+    _wait_text(log, "Application startup complete")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def scenario_step(scenario: str, tmp: Path) -> dict[str, float]:
+    """One oracle episode of a real scenario (real tools service, the model service's tokenizer
+    counting the context), run by the EpisodeRunner on SQLite. Each tick (loop step + its
+    commit) is timed, and so is every HTTP request it makes: own time = tick - requests."""
+    import statistics
+
+    import httpx
+
+    from services.orchestrator.db import open_database
+    from services.orchestrator.episode.loop import Loop
+    from services.orchestrator.episode.models import EpisodeRow
+    from services.orchestrator.episode.runner import EpisodeRunner, Services
+    from services.orchestrator.episode.schema import EpisodeCreate
+    from services.orchestrator.episode.service import create_episode
+    from shared.clients import ModelClient, SandboxClient, ToolsClient
+    from shared.settings import get_settings
+
+    run = tmp / "scenario"
+    run.mkdir()
+    procs = []
+    try:
+        tools_proc, tools_url = _service("tools", run)
+        procs.append(tools_proc)
+        model_proc, model_url = _service("model", run)
+        procs.append(model_proc)
+        db = open_database(f"sqlite:///{run}/orch.db")
+        db.migrate()
+        svc = Services(tools=ToolsClient(tools_url, timeout=120), model=ModelClient(model_url),
+                       sandbox=SandboxClient("http://127.0.0.1:9"), settings=get_settings())  # fmt: skip
+        body = EpisodeCreate.model_validate(
+            {"task": {"scenario": scenario}, "harness": "claude-code", "policy": {"kind": "oracle"}}
+        )
+        http = {"s": 0.0, "n": 0, "tokenize": 0}
+        real_request, real_tick = httpx.Client.request, Loop.tick
+        real_persist = EpisodeRunner._persist
+        ticks: list[tuple[float, float]] = []
+        current = {"t": 0.0, "http": 0.0}
+
+        def request(self, method, url, **kw):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return real_request(self, method, url, **kw)
+            finally:
+                http["s"] += time.perf_counter() - t
+                http["n"] += 1
+                http["tokenize"] += str(url).endswith("/v1/tokenize")
+
+        def tick(self):  # type: ignore[no-untyped-def]
+            current["t"], current["http"] = time.perf_counter(), http["s"]
+            return real_tick(self)
+
+        def persist(self, state):  # type: ignore[no-untyped-def]
+            out = real_persist(self, state)
+            if current["t"]:
+                wall = time.perf_counter() - current["t"]
+                ticks.append((wall, http["s"] - current["http"]))
+                current["t"] = 0.0
+            return out
+
+        httpx.Client.request, Loop.tick = request, tick  # type: ignore[method-assign]
+        EpisodeRunner._persist = persist  # type: ignore[method-assign]
+        try:
+            episode_id = create_episode(db, body, lambda _id: None)
+            t = time.perf_counter()
+            EpisodeRunner(db, svc, episode_id).run()
+            elapsed = time.perf_counter() - t
+        finally:
+            httpx.Client.request, Loop.tick = real_request, real_tick  # type: ignore[method-assign]
+            EpisodeRunner._persist = real_persist  # type: ignore[method-assign]
+        with db.session() as s:
+            row = s.get(EpisodeRow, episode_id)
+            status, steps, counter = row.status, row.state["step"], row.state.get("exit_reason")
+        if status != "succeeded":
+            raise SystemExit(f"scenario episode {status}: {counter}")
+        db.close()
+        own = [(w - h) * 1000 for w, h in ticks]
+        services_ms = [h * 1000 for _, h in ticks]
+        return {
+            "ticks": len(ticks), "steps": steps, "episode_s": elapsed,
+            "own_median": statistics.median(own), "own_p90": sorted(own)[int(len(own) * 0.9)],
+            "services_median": statistics.median(services_ms),
+            "requests": http["n"], "tokenize": http["tokenize"],
+        }  # fmt: skip
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--episodes", type=int, default=6)
     parser.add_argument("--scenario", default="finance_expenses")
+    parser.add_argument("--scenario-only", action="store_true", help="Only the scenario episode.")
     args = parser.parse_args()
     os.environ.setdefault("K3STACK_ENV_FILE", "/nonexistent")
     with tempfile.TemporaryDirectory(prefix="k3-bench-orch-") as tmp:
         os.environ["K3STACK_DATA_DIR"] = tmp
+        sc = scenario_step(args.scenario, Path(tmp))
+        print(
+            f"scenario episode, oracle + the model's tokenizer ({args.scenario}, claude-code): "
+            f"{sc['steps']} model steps, {sc['ticks']} ticks in {sc['episode_s']:.1f} s"
+        )
+        print(
+            f"  orchestrator's own time per tick   {sc['own_median']:7.2f} ms median "
+            f"(p90 {sc['own_p90']:.2f}; goal <= 10 ms)"
+        )
+        print(f"  services' time per tick            {sc['services_median']:7.2f} ms median "
+              f"({sc['requests']} HTTP requests, {sc['tokenize']} of them /v1/tokenize)")  # fmt: skip
+        if args.scenario_only:
+            return
         bare, full = per_step(args.steps, Path(tmp))
         print(f"per-step overhead, zero-latency model ({args.steps} steps):")
         print(f"  bare loop (nothing persisted)      {bare:7.2f} ms/step")

@@ -576,7 +576,9 @@ def demo(
     data_dir: Annotated[Path | None, typer.Option(help="Data directory for the demo.")] = None,
     keep: Annotated[bool, typer.Option(help="Leave the platform running afterwards.")] = False,
 ) -> None:
-    """Start the platform, run the smoke flow across all five services, stop."""
+    """Start the platform, touch every service over HTTP, then run a multi-day scenario as an
+    orchestrator episode (oracle policy, claude-code, microVM: score table and HTML report)
+    and a short episode of it driven by a model; stop the platform."""
     from shared.demo import run_demo
 
     raise typer.Exit(run_demo(data_dir, keep))

@@ -50,7 +50,8 @@ def _step(title: str, fn: Callable[[], str]) -> bool:
 
 
 def smoke() -> bool:
-    """Run the smoke flow against a running platform; True when every step passed."""
+    """Touch every service, then run the demo's two episodes against a running platform;
+    True when every step passed."""
     settings = load_settings()
     results: list[bool] = []
 
@@ -192,9 +193,14 @@ def _oracle_episode(orch: OrchestratorClient, data_dir: Path) -> str:
     report = data_dir / "reports" / f"{ep.id}.html"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_bytes(orch.request("GET", f"/episodes/{ep.id}/report").content)
+    return oracle_summary(ep, report)
+
+
+def oracle_summary(ep: Episode, report: Path) -> str:
+    """The oracle episode's line (``simulated_day`` is 1 on the first day: it is the count)."""
     return (
         f"episode {ep.id}: {ep.events_passed}/{ep.events_total} events, reward {ep.reward}, "
-        f"{ep.step} steps over {ep.simulated_day + 1} simulated days; report {report}"
+        f"{ep.step} steps over {ep.simulated_day} simulated days; report {report}"
     )
 
 
@@ -221,7 +227,12 @@ def model_episode_body(env: Mapping[str, str]) -> dict[str, object]:
         # A short episode that still compacts: the scenario's 55 tool schemas and the system
         # prompt are ~12K tokens of the tiny tokenizer, so a window held at DEMO_TINY_WINDOW
         # puts claude-code's trigger (83.5% of the window) a few steps ahead.
-        body["budgets"] = {"max_steps": 16, "max_output_tokens": 64}
+        # Random weights spend every token on reasoning and never call a tool, so the demo asks
+        # for instruct mode and a required tool call (the model service's grammar makes the
+        # turn a call of an offered tool; its arguments are noise, cut at the token budget,
+        # and come back as error observations).
+        body["budgets"] = {"max_steps": 10, "max_output_tokens": 96}
+        body["policy"] = {**policy, "tool_choice": "required", "reasoning_effort": "none"}
         body["context_window"] = DEMO_TINY_WINDOW
     return body
 

@@ -10,7 +10,7 @@ from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
 from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
-from services.orchestrator.harness.config import HarnessError, load_harness
+from services.orchestrator.harness.config import HarnessConfig, HarnessError, load_harness
 from services.orchestrator.report import render_report
 from shared.contracts.orchestrator import HarnessFidelity
 from shared.errors import APIError, bad_request, not_found
@@ -19,33 +19,45 @@ from shared.trajectory import Trajectory
 router = APIRouter(tags=["episodes"])
 
 
-def _check_request(body: EpisodeCreate, request: Request) -> None:
+def _check_request(body: EpisodeCreate, request: Request) -> HarnessConfig:
+    """Every field that could fail later, checked now; the resolved harness."""
     settings = request.app.state.settings
     try:
-        load_harness(body.harness, settings.data_dir)
+        harness = load_harness(body.harness, settings.data_dir)
     except KeyError as exc:
         raise bad_request(f"harness: {exc.args[0]}") from None
     except HarnessError as exc:
         raise bad_request(f"harness: {exc}") from None
-    if body.task.scenario:
-        from shared.clients import ServiceError
+    from shared.clients import ServiceError
 
+    svc = request.app.state.services
+    if body.task.scenario:
         try:
-            request.app.state.services.tools.scenario(body.task.scenario)
+            svc.tools.scenario(body.task.scenario)
         except ServiceError as exc:
             if exc.status == 404:
                 raise bad_request(
                     f"task.scenario: unknown scenario {body.task.scenario!r}"
                 ) from None
             raise APIError(503, "tools_unavailable", f"tools service: {exc}") from None
+    if body.task.sandbox_template:
+        try:
+            svc.sandbox.template(body.task.sandbox_template)
+        except ServiceError as exc:
+            if exc.status == 404:
+                raise bad_request(
+                    f"task.sandbox_template: unknown template {body.task.sandbox_template!r}"
+                ) from None
+            raise APIError(503, "sandbox_unavailable", f"sandbox service: {exc}") from None
+    return harness
 
 
 @router.post("/episodes", response_model=Episode, status_code=202, operation_id="createEpisode")
 def post_episode(body: EpisodeCreate, request: Request) -> Episode:
     """Queue an episode (task + harness + policy + budgets); poll ``GET /episodes/{id}``."""
-    _check_request(body, request)
+    harness = _check_request(body, request)
     db = request.app.state.db
-    episode_id = create_episode(db, body, request.app.state.enqueue)
+    episode_id = create_episode(db, body, request.app.state.enqueue, harness)
     with db.session() as s:
         return episode_view(s.get(EpisodeRow, episode_id))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from services.orchestrator.episode.runner import QUEUE, TASK_NAME, EpisodeStore
+from services.orchestrator.episode.runner import TASK_NAME, EpisodeStore, episode_queue
 from shared.jobs import JobRun, JobTask
 from shared.queue import make_celery
 
@@ -53,4 +53,4 @@ run_episode = celery.task(base=JobTask, name=TASK_NAME, job_store=EpisodeStore(w
 
 def enqueue_episode(episode_id: str) -> None:
     """Send an episode's task: the episode id is the Celery task id, as for every job."""
-    run_episode.apply_async(args=[episode_id], task_id=episode_id, queue=QUEUE)
+    run_episode.apply_async(args=[episode_id], task_id=episode_id, queue=episode_queue())

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_MEMORY_CHARS = 1_000_000  # one memory file; the harness shows at most memory_max_chars
 
 __all__ = [
     "BudgetOverrides",
@@ -62,7 +65,24 @@ class PolicySpec(_Strict):
     api_key: str | None = None
     model: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="A 64-bit integer.")
+    tool_choice: Literal["auto", "required", "none"] | None = Field(
+        None, description="Sent as is (required: every turn calls a tool)."
+    )
+    reasoning_effort: Literal["none", "low", "medium", "high"] | None = Field(
+        None, description="Overrides the harness's (none: the model's instruct mode)."
+    )
+    timeout_s: float = Field(600.0, gt=0, le=3600, description="One model request's timeout.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL with a host: {v[:200]!r}")
+        return v
 
 
 class BudgetOverrides(_Strict):
@@ -82,8 +102,24 @@ class EpisodeCreate(_Strict):
     context_window: int | None = Field(
         None, ge=256, description="Override the context window (default: the model's)."
     )
-    memory: dict[str, str] = Field(default_factory=dict, description="Memory files by name.")
+    memory: dict[str, str] = Field(
+        default_factory=dict, max_length=64,
+        description=f"Memory files by name (each at most {MAX_MEMORY_CHARS:,} characters).",
+    )  # fmt: skip
     keep_world: bool = Field(False, description="Keep the world after the episode (inspection).")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_sizes(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, text in v.items():
+            if not 1 <= len(name) <= 255 or "/" in name:
+                raise ValueError(f"memory file name {name[:80]!r}: 1-255 characters, no '/'")
+            if len(text) > MAX_MEMORY_CHARS:
+                raise ValueError(
+                    f"memory file {name!r} has {len(text):,} characters; "
+                    f"at most {MAX_MEMORY_CHARS:,}"
+                )
+        return v
 
     @model_validator(mode="after")
     def _oracle_needs_scenario(self) -> EpisodeCreate:

@@ -113,3 +113,15 @@ def model_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         ready_text="Application startup complete",
     ) as server:
         yield server.url
+
+
+@pytest.fixture(scope="session")
+def sandbox_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real sandbox service (process runtime: no microVM needed) over HTTP."""
+    data = tmp_path_factory.mktemp("sandbox-svc")
+    env = service_env(data, K3STACK_SANDBOX__RUNTIME="process")
+    with _on_free_port(
+        lambda port: [sys.executable, "-m", "services.sandbox", "--port", str(port)],
+        url_template="http://127.0.0.1:{port}", env=env, cwd=str(REPO), timeout=120.0,
+    ) as server:  # fmt: skip
+        yield server.url

@@ -19,14 +19,29 @@ SCENARIO = "finance_expenses"
 
 
 @pytest.fixture
-def api(tools_url: str, tmp_path, monkeypatch) -> Iterator[TestClient]:
+def sandbox_service_url(request) -> str:
+    """Nothing listens (episodes here need no sandbox), or with ``indirect`` "real" the real
+    sandbox service."""
+    if getattr(request, "param", None) == "real":
+        return request.getfixturevalue("sandbox_url")
+    return "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def api(tools_url: str, sandbox_service_url: str, tmp_path, monkeypatch) -> Iterator[TestClient]:
     from services.orchestrator.app import create_app
     from services.orchestrator.episode.runner import EpisodeRunner
     from shared.settings import get_settings
 
     monkeypatch.setenv("K3STACK_TOOLS__URL", tools_url)
     monkeypatch.setenv("K3STACK_MODEL__URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("K3STACK_SANDBOX__URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("K3STACK_SANDBOX__URL", sandbox_service_url)
+    monkeypatch.setenv("K3STACK_DATA_DIR", str(tmp_path / "data"))
+    harnesses = tmp_path / "data" / "harnesses"
+    harnesses.mkdir(parents=True)
+    (harnesses / "no-prompt.yaml").write_text(
+        "name: no-prompt\nsystem_prompt: missing.md.j2\ntools: [Bash]\n"
+    )
     monkeypatch.setenv("K3STACK_DATABASE_URL", f"sqlite:///{tmp_path}/orch.db")
     monkeypatch.setenv("K3STACK_ORCHESTRATOR__REAPER_INTERVAL_S", "0")
     get_settings.cache_clear()
@@ -101,12 +116,29 @@ def test_every_preset_reaches_the_oracle_score(api, tools_url, preset: str) -> N
         ({"task": {"instruction": "hi"}, "policy": {"kind": "oracle"}}, "oracle"),
         ({"task": {"scenario": SCENARIO}, "colour": "red"}, "colour"),
         ({"task": {"scenario": SCENARIO}, "budgets": {"max_steps": 0}}, "budgets.max_steps"),
+        ({"task": {"scenario": SCENARIO}, "policy": {"seed": 2**70}}, "policy.seed"),
+        ({"task": {"scenario": SCENARIO}, "policy": {"base_url": "not a url"}},
+         "policy.base_url"),
+        ({"task": {"scenario": SCENARIO}, "harness": "no-prompt"}, "system_prompt"),
+        ({"task": {"scenario": SCENARIO}, "memory": {"CLAUDE.md": "x" * 5_000_000}}, "memory"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_is_a_400_naming_the_field(api, body: dict, field: str) -> None:
     resp = api.post("/episodes", json=body)
     assert resp.status_code == 400, resp.text
     assert field in resp.json()["message"]
+
+
+@pytest.mark.parametrize("sandbox_service_url", ["real"], indirect=True)
+def test_an_unknown_sandbox_template_is_a_400(api) -> None:
+    """Checked against the real sandbox service at submit, not when the worker starts it."""
+    resp = api.post("/episodes", json={"task": {"instruction": "hi",
+                                                "sandbox_template": "no-such-template"}})  # fmt: skip
+    assert resp.status_code == 400, resp.text
+    assert "task.sandbox_template" in resp.json()["message"]
+    ok = api.post("/episodes", json={"task": {"instruction": "hi", "sandbox_template": "busybox"},
+                                     "policy": {"base_url": "http://127.0.0.1:9/v1"}})  # fmt: skip
+    assert ok.status_code == 202, ok.text
 
 
 def test_unknown_episode_is_404(api) -> None:

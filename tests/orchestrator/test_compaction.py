@@ -180,3 +180,33 @@ def test_triggers_count_with_the_models_tokenizer(model_url: str) -> None:
         assert all(b["counter"] == "model-tokenizer" for b in compactions)
         assert all(b["tokens_after"] < compactor.threshold <= b["tokens_before"]
                    for b in compactions)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_model_counter_asks_once_per_message_and_matches_the_whole_count(model_url) -> None:
+    """Counting a growing context asks the tokenizer once per new message (never once per
+    count), and the sum of the parts stays within a few tokens a message of the model's own
+    count of the whole context."""
+    from services.orchestrator.context.tokens import ModelTokenCounter
+    from shared.clients import ModelClient
+
+    tools = echo_tools().specs()
+    messages = [{"role": "system", "content": "You are a test agent."},
+                {"role": "user", "content": "Read every report."}]  # fmt: skip
+    for n in range(6):
+        call = {"id": f"c{n}", "type": "function",
+                "function": {"name": "fetch_report", "arguments": json.dumps({"n": n})}}  # fmt: skip
+        messages += [{"role": "assistant", "content": f"part {n}", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{n}", "content": "lorem " * 50}]  # fmt: skip
+    with ModelClient(model_url, timeout=60.0) as client:
+        counter = ModelTokenCounter(client)
+        counted = counter.count(messages, tools)
+        whole = int(
+            client.post_json("/v1/tokenize", {"messages": messages, "tools": tools})["count"]
+        )
+        calls = counter.calls
+        assert counter.count(messages, tools) == counted and counter.calls == calls
+        messages.append({"role": "user", "content": "And now?"})
+        counter.count(messages, tools)
+        assert counter.calls == calls + 1
+    assert abs(counted - whole) <= 3 * len(messages), (counted, whole)

@@ -4,10 +4,7 @@ Codex's shell and apply_patch act on the sandbox's files; the sandbox is release
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-
-import pytest
 
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.policy import ScriptedPolicy, Turn
@@ -15,8 +12,6 @@ from services.orchestrator.episode.runner import EpisodeRunner
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.service import create_episode
 from shared.clients import SandboxClient, ServiceError
-from tests.helpers.servers import _on_free_port
-from tests.orchestrator.conftest import REPO, service_env
 
 ADD = "*** Begin Patch\n*** Add File: proj/app.py\n+def f():\n+    return 1\n*** End Patch"
 UPDATE = "*** Begin Patch\n*** Update File: proj/app.py\n@@ def f():\n-    return 1\n+    return 2\n*** End Patch"
@@ -40,17 +35,6 @@ def script(view) -> Turn:
         call = {"id": f"c{view.step}", "name": name, "arguments": json.dumps(args)}
         return Turn(tool_calls=[call])
     return Turn(content="Done.")
-
-
-@pytest.fixture(scope="module")
-def sandbox_url(tmp_path_factory) -> str:
-    data = tmp_path_factory.mktemp("sandbox-svc")
-    env = service_env(data, K3STACK_SANDBOX__RUNTIME="process")
-    with _on_free_port(
-        lambda port: [sys.executable, "-m", "services.sandbox", "--port", str(port)],
-        url_template="http://127.0.0.1:{port}", env=env, cwd=str(REPO), timeout=120.0,
-    ) as server:  # fmt: skip
-        yield server.url
 
 
 def test_codex_edits_files_in_a_sandbox(orch_db, services, sandbox_url, tmp_path: Path) -> None:

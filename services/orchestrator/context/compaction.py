@@ -18,7 +18,19 @@ from services.orchestrator.context.tokens import TokenCounter
 from services.orchestrator.harness.config import ContextPolicy
 
 Message = dict[str, Any]
-Summarize = Callable[[list[Message], str], str]
+
+
+@dataclass
+class Summary:
+    """A summarising model call's answer and what it cost (counted against the budgets)."""
+
+    text: str
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+    latency_ms: float | None = None
+
+
+Summarize = Callable[[list[Message], str], "str | Summary"]
 
 
 def units(messages: list[Message]) -> list[list[Message]]:
@@ -96,6 +108,7 @@ class Compaction:
     dropped_units: int = 0
     masked: int = 0
     notes: list[str] = field(default_factory=list)
+    call: Summary | None = None  # the summarising model call, when one was made
 
 
 class Compactor:
@@ -119,6 +132,18 @@ class Compactor:
 
     def count(self, messages: list[Message]) -> int:
         return self.counter.count(messages, self.tools)
+
+    def size(self, messages: list[Message]) -> int:
+        """Tokens of these messages alone (a unit of the tail: the tool schemas are counted
+        once, in the context's total, never once per message)."""
+        return self.counter.count(messages, [])
+
+    def _head(self, groups: list[list[Message]]) -> int:
+        """Units kept verbatim at the start: the preset's head, and the task if pinned."""
+        head = min(self.cfg.keep.head_messages, len(groups))
+        if self.cfg.keep.task and head == 0 and groups and groups[0][0].get("role") == "user":
+            head = 1
+        return head
 
     def needed(self, messages: list[Message], tokens: int | None = None) -> bool:
         if self.cfg.policy == "none":
@@ -186,7 +211,7 @@ class Compactor:
     def _drop_until_fits(
         self, comp: Compaction, system: Message, groups: list[list[Message]]
     ) -> None:
-        head = min(self.cfg.keep.head_messages, len(groups))
+        head = self._head(groups)
         while comp.tokens_after >= self.threshold and len(groups) > head + 1:
             groups.pop(head)
             comp.dropped_units += 1
@@ -202,7 +227,7 @@ class Compactor:
         used = 0
         while start > head:
             unit = groups[start - 1]
-            size = self.count(unit) if unit else 0
+            size = self.size(unit) if unit else 0
             must = n_msgs < keep.tail_messages or n_user < keep.tail_user_turns
             if not must and used + size > budget:
                 break
@@ -215,7 +240,7 @@ class Compactor:
     def _summary(self, messages: list[Message], before: int) -> Compaction:
         system, groups = self._split(messages)
         cfg = self.cfg
-        head = min(cfg.keep.head_messages, len(groups))
+        head = self._head(groups)
         base = self.count([system, *flatten(groups[:head])])
         reserve = max(self.window // 10, 64)  # room for the summary itself
         budget = max(
@@ -231,19 +256,22 @@ class Compactor:
         if not middle and start < len(groups):
             start += 1  # nothing older to summarise: summarise the oldest kept unit
             middle = flatten(groups[head:start])
-        text = self.summarize(middle, summary_prompt(cfg))
+        answer = self.summarize(middle, summary_prompt(cfg))
+        call = answer if isinstance(answer, Summary) else None
+        text = answer.text if isinstance(answer, Summary) else answer
         text = ensure_sections(_strip_thinking(text), cfg.summary_sections)
-        summary_msg = {"role": cfg.summary_role, "content": cfg.summary_prefix + text}
         tail = groups[start:]
-        out = [system, *flatten(groups[:head]), summary_msg, *flatten(tail)]
-        comp = Compaction("summary", out, before, self.count(out), summary=text)
         keep_head = [system, *flatten(groups[:head])]
+        restated = self._latest_user(groups[head:start])
+        comp = Compaction("summary", [], before, 0, summary=text, call=call)
 
         def rebuild(summary: str) -> None:
             msg = {"role": cfg.summary_role, "content": cfg.summary_prefix + summary}
             comp.summary = summary
-            comp.messages = [*keep_head, msg, *flatten(tail)]
+            comp.messages = [*keep_head, msg, *restated, *flatten(tail)]
             comp.tokens_after = self.count(comp.messages)
+
+        rebuild(text)
 
         # Too long: shorten the summary first (headings always stay), then drop old tail units.
         cut = len(text)
@@ -256,6 +284,18 @@ class Compactor:
             comp.dropped_units += 1
             rebuild(comp.summary or "")
         return comp
+
+    def _latest_user(self, summarised: list[list[Message]]) -> list[Message]:
+        """The newest user message among the summarised units (the latest clock notice), when
+        the preset restates it: the summary alone would lose what the agent was just told."""
+        if not self.cfg.keep.latest_user:
+            return []
+        prefix = self.cfg.summary_prefix
+        for unit in reversed(summarised):
+            m = unit[0]
+            if m.get("role") == "user" and not str(m.get("content") or "").startswith(prefix):
+                return [m]
+        return []
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.S)

@@ -7,11 +7,13 @@ item names both, so a reader can walk the segments in order.
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy import select
 
 from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
+from services.orchestrator.episode.stop import StopReason
 
 FORMAT = "k3stack.trajectory/orchestrator-1"
 
@@ -45,7 +47,7 @@ def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
                     "seq": i.seq,
                     "segment": i.segment,
                     "kind": i.kind,
-                    "at": i.at.isoformat(),
+                    "at": (i.at if i.at.tzinfo else i.at.replace(tzinfo=UTC)).isoformat(),
                     **i.body,
                 }
                 for i in items
@@ -68,16 +70,6 @@ def write_artifacts(db: Any, svc: Any, episode_id: str) -> str | None:
     return prefix
 
 
-EXIT = {
-    "completed": "completed",
-    "scenario_end": "completed",
-    "max_steps": "max_steps",
-    "max_tokens": "max_tokens",
-    "max_wall_s": "timeout",
-    "policy_error": "error",
-}
-
-
 def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
     """The platform's versioned trajectory (``shared.trajectory``) from an episode's items:
     model calls with their observations and request options, compaction boundaries carrying
@@ -92,9 +84,9 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
     meta.harness, meta.task, meta.seed = doc.get("harness"), task.get("scenario"), task.get("seed")
     clock, errors = [], []
     for it in doc["items"]:
-        kind = it["kind"]
+        kind, at = it["kind"], it["at"]
         if kind in ("system", "user"):
-            traj.add_message(ChatMessage.model_validate(it["message"]))
+            traj.add_message(ChatMessage.model_validate(it["message"]), timestamp=at)
         elif kind == "assistant":
             usage = it.get("usage") or {}
             gen = Generation(
@@ -109,17 +101,27 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
                 finish_reason=it.get("finish_reason"),
                 completion_token_ids=it.get("token_ids"),
                 logprobs=it.get("logprobs"),
+                latency_ms=it.get("latency_ms"),
             )
             meta.model = meta.model or gen.model
+            message = dict(it["message"])
+            if it.get("reasoning"):
+                message["reasoning_content"] = it["reasoning"]
             traj.add_model_step(
-                ChatMessage.model_validate(it["message"]), gen, options=it.get("options") or {}
-            )
+                ChatMessage.model_validate(message), gen, options=it.get("options") or {},
+                timestamp=at,
+            )  # fmt: skip
         elif kind == "tool":
             traj.add_observation(
                 it["call_id"],
                 it["observation"],
                 is_error=bool(it.get("is_error")),
-                metadata={k: it.get(k) for k in ("name", "idempotency_key", "replayed")},
+                duration_ms=it.get("duration_ms"),
+                timestamp=at,
+                metadata={
+                    "segment": it.get("segment", 0),
+                    **{k: it.get(k) for k in ("name", "idempotency_key", "replayed")},
+                },
             )
         elif kind == "compaction":
             traj.add_compaction(
@@ -128,6 +130,8 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
                 summary=it.get("summary"),
                 tokens_before=it.get("tokens_before"),
                 tokens_after=it.get("tokens_after"),
+                timestamp=at,
+                generation=_summary_generation(it),
             )
         elif kind == "agent":  # an installed agent: the real CLI and its version
             meta.harness, meta.harness_version = it["name"], it["version"]
@@ -151,5 +155,24 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
         elif status == "failed":
             traj.finish("error", reason=doc.get("error_message"), reward=meta.reward)
         else:
-            traj.finish(EXIT.get(reason or "", "completed"), reason=reason, reward=meta.reward)  # type: ignore[arg-type]
+            exit_status = StopReason(reason or "completed").trajectory_exit
+            traj.finish(exit_status, reason=reason, reward=meta.reward)  # type: ignore[arg-type]
     return traj
+
+
+def _summary_generation(item: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The summarising model call of a compaction item, when one was made."""
+    from shared.chat import Usage
+    from shared.trajectory import Generation
+
+    usage = item.get("usage")
+    if not usage:
+        return None
+    prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+    return Generation(
+        model=item.get("model") or None,
+        usage=Usage(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        ),
+        latency_ms=item.get("latency_ms"),
+    )

@@ -16,13 +16,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from services.orchestrator.context.compaction import Compactor, calls_paired
 from services.orchestrator.episode.policy import Turn, View
+from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig
 from services.orchestrator.tools.base import Tool, ToolFailure, ToolSet, parse_arguments
 from services.orchestrator.tools.builtin import ToolContext
+
+if TYPE_CHECKING:
+    from services.orchestrator.episode.protocols import Policy
 
 MAX_POLICY_FAILURES = 3
 
@@ -76,7 +80,7 @@ class Runtime:
     harness: HarnessConfig
     tools: ToolSet
     ctx: ToolContext
-    policy: Any
+    policy: Policy
     compactor: Compactor
     journal: Journal
     world: World | None = None
@@ -152,7 +156,7 @@ class Loop:
             return
         reason = self._over_budget()
         if reason:
-            if reason == "policy_error":
+            if reason is StopReason.policy_error:
                 s["exit_detail"] = s.get("policy_error")
             self.finish(reason)
             return
@@ -179,21 +183,21 @@ class Loop:
                 return
             self._execute_next()
 
-    def finish(self, reason: str) -> None:
-        self.s["exit_reason"] = reason
+    def finish(self, reason: StopReason) -> None:
+        self.s["exit_reason"] = StopReason(reason).value
         self.s["phase"] = "scoring"
 
-    def _over_budget(self) -> str | None:
+    def _over_budget(self) -> StopReason | None:
         b = self.rt.harness.budgets
         s = self.s
         if s["step"] >= b.max_steps:
-            return "max_steps"
+            return StopReason.max_steps
         if s["usage"]["prompt_tokens"] + s["usage"]["completion_tokens"] >= b.max_tokens:
-            return "max_tokens"
+            return StopReason.max_tokens
         if s["wall_s"] >= b.max_wall_s:
-            return "max_wall_s"
+            return StopReason.max_wall_s
         if s["policy_failures"] >= MAX_POLICY_FAILURES:
-            return "policy_error"
+            return StopReason.policy_error
         return None
 
     # -- model --------------------------------------------------------------------------------
@@ -209,6 +213,7 @@ class Loop:
             max_tokens=rt.harness.budgets.max_output_tokens,
             reasoning_effort=rt.harness.reasoning_effort,
         )
+        began = time.monotonic()
         try:
             turn: Turn = rt.policy.act(view)
         except Exception as exc:  # noqa: BLE001 - an endpoint failure is recorded, then retried
@@ -216,6 +221,7 @@ class Loop:
             s["policy_error"] = f"{type(exc).__name__}: {exc}"[:2000]
             self.emit("error", {"where": "policy", "message": s["policy_error"]})
             return
+        latency_ms = round((time.monotonic() - began) * 1000, 3)
         s["policy_failures"], s["policy_error"] = 0, None
         s["step"] += 1
         s["day_steps"] += 1
@@ -236,6 +242,7 @@ class Loop:
                 "logprobs": turn.logprobs,
                 "prompt_tokens_counted": s["tokens"],
                 "options": turn.options,
+                "latency_ms": latency_ms,
             },
         )
         if turn.tool_calls:
@@ -254,7 +261,9 @@ class Loop:
         i = s["pending_index"]
         call = s["pending"][i]
         key = f"{rt.episode_id}:{s['pending_step']}:{i}"
+        began = time.monotonic()
         observation, is_error, replayed = self._observe(call, key)
+        duration_ms = round((time.monotonic() - began) * 1000, 3)
         s["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": observation})
         self.emit(
             "tool",
@@ -267,6 +276,7 @@ class Loop:
                 "is_error": is_error,
                 "idempotency_key": key,
                 "replayed": replayed,
+                "duration_ms": duration_ms,
             },
         )
         s["pending_index"] = i + 1
@@ -334,26 +344,38 @@ class Loop:
     # -- clock --------------------------------------------------------------------------------
 
     def _end_turn(self) -> None:
+        """Move the world clock, in two ticks: the first decides where to (and is persisted),
+        the second moves it there. A worker killed after the move but before its persist is
+        resumed with the same target, and moving to where the clock already is does nothing,
+        so the clock never moves twice."""
         s, w = self.s, self.rt.world
-        s["turn_ended"] = False
         if w is None:
-            self.finish("completed")
+            s["turn_ended"] = False
+            self.finish(StopReason.completed)
             return
-        events = w.client.events(w.id).events
-        now = w.now()
-        due = sorted(e.due_at for e in events if e.status == "due" and e.due_at is not None)
-        if s.get("wake_at"):  # the policy asked to be woken then (a scripted solver)
-            due = sorted([*due, max(datetime.fromisoformat(s.pop("wake_at")), now)])
-        if not due or due[0] > w.end:
-            if now < w.end:
+        plan = s.get("clock_target")
+        if plan is None:
+            events = w.client.events(w.id).events
+            now = w.now()
+            due = sorted(e.due_at for e in events if e.status == "due" and e.due_at is not None)
+            if s.get("wake_at"):  # the policy asked to be woken then (a scripted solver)
+                due = sorted([*due, max(datetime.fromisoformat(s.pop("wake_at")), now)])
+            end = not due or due[0] > w.end
+            target = w.end if end else max(due[0], now)
+            s["clock_target"] = {"from": now.isoformat(), "to": target.isoformat(), "end": end}
+            return
+        s["turn_ended"] = False
+        s.pop("clock_target")
+        before, target = datetime.fromisoformat(plan["from"]), datetime.fromisoformat(plan["to"])
+        if plan["end"]:
+            if before < w.end:
                 w.client.advance(w.id, to=w.end.isoformat())
-                self._clock_item(now, w.end)
-            self.finish("scenario_end")
+                self._clock_item(before, w.end)
+            self.finish(StopReason.scenario_end)
             return
-        target = max(due[0], now)
         out = w.client.advance(w.id, to=target.isoformat())
         s["day"] = (target.date() - w.start.date()).days + 1
-        self._clock_item(now, target, fired=out.fired)
+        self._clock_item(before, target, fired=out.fired)
         s["day_steps"] = 0  # a fresh step budget after every move of the clock
         fired = len(out.fired)
         note = f"{fired} new item(s) arrived" if fired else "Nothing new has arrived yet"
@@ -388,6 +410,10 @@ class Loop:
             s["compaction_failures"] += 1
             self.emit("error", {"where": "compaction", "message": f"{type(exc).__name__}: {exc}"})
             return
+        call = out.call
+        if call is not None:  # the summary call's tokens count against the budgets too
+            for k in ("prompt_tokens", "completion_tokens"):
+                s["usage"][k] += int(call.usage.get(k, 0))
         if out.tokens_after >= rt.compactor.threshold or not calls_paired(out.messages[1:]):
             s["compaction_failures"] += 1
             self.emit(
@@ -415,6 +441,9 @@ class Loop:
                 "kept_messages": len(out.messages),
                 "context": out.messages,
                 "counter": rt.compactor.counter.name,
+                "usage": call.usage if call else None,
+                "model": call.model if call else None,
+                "latency_ms": call.latency_ms if call else None,
             },
         )
 

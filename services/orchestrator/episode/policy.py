@@ -12,10 +12,13 @@ arguments) plus usage; summaries for compaction come from the same policy.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from services.orchestrator.context.compaction import Summary
 
 
 @dataclass
@@ -77,6 +80,9 @@ class OpenAIPolicy:
         timeout_s: float = 600.0,
         temperature: float | None = None,
         seed: int | None = None,
+        tool_choice: str | None = None,
+        reasoning_effort: str | None = None,
+        summary_max_tokens: int = 1024,
     ) -> None:
         from openai import OpenAI
 
@@ -85,6 +91,10 @@ class OpenAIPolicy:
         self._model = model
         self.temperature = temperature
         self.seed = seed
+        self.tool_choice = tool_choice
+        self.sections: list[str] = []  # the model writes its own sections (see the prompt)
+        self.reasoning_effort = reasoning_effort
+        self.summary_max_tokens = summary_max_tokens
 
     @property
     def model(self) -> str:
@@ -98,6 +108,10 @@ class OpenAIPolicy:
             options["temperature"] = self.temperature
         if self.seed is not None:
             options["seed"] = self.seed
+        if self.reasoning_effort is not None:
+            options["reasoning_effort"] = self.reasoning_effort
+        if self.tool_choice is not None and view.tools:
+            options["tool_choice"] = self.tool_choice
         kwargs: dict[str, Any] = {"model": self.model, "messages": view.messages, **options}
         if view.tools:
             kwargs["tools"] = view.tools
@@ -109,12 +123,7 @@ class OpenAIPolicy:
             for c in (msg.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        usage = {}
-        if resp.usage is not None:
-            usage = {
-                "prompt_tokens": resp.usage.prompt_tokens,
-                "completion_tokens": resp.usage.completion_tokens,
-            }
+        usage = _usage(resp)
         reasoning = getattr(msg, "reasoning_content", None)
         return Turn(
             content=msg.content or "",
@@ -126,17 +135,32 @@ class OpenAIPolicy:
             options=options,
         )
 
-    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
+    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> Summary:
         transcript = render_transcript(messages)
+        began = time.monotonic()
         resp = self.client.chat.completions.create(
             model=self.model,
             messages=[
                 {"role": "system", "content": prompt},
                 {"role": "user", "content": transcript},
             ],
-            max_tokens=1024,
+            max_tokens=self.summary_max_tokens,
+            **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort else {}),
         )
-        return resp.choices[0].message.content or ""
+        usage = _usage(resp)
+        return Summary(
+            resp.choices[0].message.content or "", usage, resp.model,
+            round((time.monotonic() - began) * 1000, 3),
+        )  # fmt: skip
+
+
+def _usage(resp: Any) -> dict[str, int]:
+    if resp.usage is None:
+        return {}
+    return {
+        "prompt_tokens": resp.usage.prompt_tokens,
+        "completion_tokens": resp.usage.completion_tokens,
+    }
 
 
 def render_transcript(messages: list[dict[str, Any]], limit: int = 400) -> str:

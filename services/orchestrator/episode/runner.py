@@ -25,7 +25,9 @@ from services.orchestrator.context.tokens import ApproxTokenCounter, ModelTokenC
 from services.orchestrator.episode.loop import Loop, Runtime, World, initial_state
 from services.orchestrator.episode.models import EpisodeRow, ToolCallRow, TrajectoryItemRow
 from services.orchestrator.episode.policy import OpenAIPolicy, OraclePolicy
+from services.orchestrator.episode.protocols import Policy
 from services.orchestrator.episode.schema import EpisodeCreate
+from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig, load_harness
 from services.orchestrator.harness.prompt import render_system_prompt
 from services.orchestrator.skills import load_skills
@@ -37,7 +39,14 @@ from shared.jobs import FINISHED, JobCancelled, JobPolicy, JobRun, JobStore, hea
 log = logging.getLogger("k3stack.orchestrator")
 TERMINAL = tuple(str(s) for s in FINISHED)
 TASK_NAME = "orchestrator.run_episode"
-QUEUE = "orchestrator"
+QUEUE = "orchestrator"  # the default; K3STACK_ORCHESTRATOR__QUEUE renames it
+
+
+def episode_queue(settings: Any = None) -> str:
+    """The Celery queue episodes are sent to: the one the orchestrator's worker consumes."""
+    from shared.settings import get_settings
+
+    return (settings or get_settings()).service_queue("orchestrator")
 
 
 def now_utc() -> datetime:
@@ -121,9 +130,25 @@ class ContextTooSmall(Exception):
     """The fixed part of the context alone does not fit the model's window."""
 
 
+STATIC = ("messages", "scenario")
+
+
 def persisted(state: dict[str, Any]) -> dict[str, Any]:
-    """The state as stored: everything but the context (the trajectory holds that)."""
-    return {k: v for k, v in state.items() if k != "messages"}
+    """The state as stored after every tick: the small, changing part. The context and the
+    scenario instance (tens of KB, fixed at setup) live in the trajectory's items, appended
+    once, so a tick never rewrites them."""
+    return {k: v for k, v in state.items() if k not in STATIC}
+
+
+def scenario_from_items(db: Any, episode_id: str) -> dict[str, Any] | None:
+    """The scenario instance the episode was set up with (its ``scenario`` item)."""
+    with db.session() as s:
+        body = s.scalars(
+            select(TrajectoryItemRow.body).where(
+                TrajectoryItemRow.episode_id == episode_id, TrajectoryItemRow.kind == "scenario"
+            )
+        ).first()
+    return (body or {}).get("scenario")
 
 
 def context_from_items(db: Any, episode_id: str) -> list[dict[str, Any]]:
@@ -135,16 +160,19 @@ def context_from_items(db: Any, episode_id: str) -> list[dict[str, Any]]:
 
 
 class EpisodeRunner:
-    def __init__(self, db: Any, services: Services, episode_id: str, policy: Any = None) -> None:
+    def __init__(
+        self, db: Any, services: Services, episode_id: str, policy: Policy | None = None
+    ) -> None:
         self.db = db
         self.svc = services
         self.id = episode_id
         self.store = EpisodeStore(db, services.settings)
         self.owner = ""
         self.policy_override = policy
-        self.items: list[tuple[str, dict[str, Any]]] = []
+        self.items: list[tuple[str, dict[str, Any], datetime, int]] = []
         self.seq: int | None = None
         self.max_steps = 1
+        self._segment = 0
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -170,7 +198,7 @@ class EpisodeRunner:
                 row = s.get(EpisodeRow, self.id)
                 request = EpisodeCreate.model_validate(row.request)
                 state = dict(row.state or {})
-            harness = load_harness(request.harness, self.svc.settings.data_dir)
+            harness = self._harness(request)
             for k, v in request.budgets.model_dump(exclude_none=True).items():
                 setattr(harness.budgets, k, v)
             if harness.kind == "installed":  # the real CLI drives the days (its own module)
@@ -182,6 +210,8 @@ class EpisodeRunner:
                 state = self._setup(request, harness)
             else:  # resuming: the context is the trajectory's, replayed
                 state["messages"] = context_from_items(self.db, self.id)
+                state["scenario"] = scenario_from_items(self.db, self.id)
+            self._segment = state.get("segment", 0)
             rt = self._runtime(request, harness, state)
             self._check_fits(rt, state)
             loop = Loop(rt, state, self._emit)
@@ -202,8 +232,27 @@ class EpisodeRunner:
         finally:
             self.release()
 
+    def _harness(self, request: EpisodeCreate) -> HarnessConfig:
+        """The harness stored with the episode (at submit, or at its first start), so every
+        resume runs the configuration it started with."""
+        with self.db.session() as s:
+            body = s.scalars(
+                select(TrajectoryItemRow.body).where(
+                    TrajectoryItemRow.episode_id == self.id, TrajectoryItemRow.kind == "harness"
+                )
+            ).first()
+        if body is not None:
+            return HarnessConfig.model_validate(body["harness"])
+        harness = load_harness(request.harness, self.svc.settings.data_dir)
+        self._emit("harness", {"harness": harness.model_dump(mode="json")})
+        return harness
+
     def _emit(self, kind: str, body: dict[str, Any]) -> None:
-        self.items.append((kind, body))
+        """An item, stamped with the time it happened and the segment it belongs to (a
+        compaction item opens the segment it names)."""
+        segment = body.get("segment_to", self._segment)
+        self._segment = segment
+        self.items.append((kind, body, now_utc(), segment))
 
     def _persist(self, state: dict[str, Any]) -> None:
         """One transaction per tick: the new trajectory items, the state (counters, cursor,
@@ -224,11 +273,11 @@ class EpisodeRunner:
                 ).first()
                 self.seq = last or 0
             seq = self.seq + 1
-            for kind, body in self.items:
+            for kind, body, at, segment in self.items:
                 s.add(
                     TrajectoryItemRow(
-                        episode_id=self.id, seq=seq, segment=state.get("segment", 0),
-                        kind=kind, at=now, body=json.loads(json.dumps(body, default=str)),
+                        episode_id=self.id, seq=seq, segment=segment,
+                        kind=kind, at=at, body=json.loads(json.dumps(body, default=str)),
                     )
                 )  # fmt: skip
                 seq += 1
@@ -289,6 +338,8 @@ class EpisodeRunner:
         state["sandbox_id"] = sandbox_id
         state["clock"] = now
         state["scratch"]["memory_files"] = dict(request.memory)
+        if scenario:
+            self._emit("scenario", {"scenario": scenario})
         self._emit("system", {"message": state["messages"][0]})
         self._emit("user", {"message": state["messages"][1]})
         self._persist(state)
@@ -319,8 +370,7 @@ class EpisodeRunner:
             self._emit("tools", {"tools": tools.specs()})
             state["tools_recorded"] = True
         policy = self.policy_override or self._policy(request, world)
-        if hasattr(policy, "sections"):
-            policy.sections = list(harness.context.summary_sections)
+        policy.sections = list(harness.context.summary_sections)
         window = request.context_window or self._model_window(request) or harness.context.window
         counter = self._counter(request)
         compactor = Compactor(harness.context, window, counter, policy.summarize, tools.specs())
@@ -352,7 +402,7 @@ class EpisodeRunner:
                 "or give the episode a larger context_window"
             )
 
-    def _policy(self, request: EpisodeCreate, world: World | None) -> Any:
+    def _policy(self, request: EpisodeCreate, world: World | None) -> Policy:
         spec = request.policy
         if spec.kind == "oracle":
             assert world is not None
@@ -368,8 +418,10 @@ class EpisodeRunner:
         base_url = spec.base_url or self.svc.model.openai_base_url
         api_key = spec.api_key or self.svc.settings.model.api_key
         return OpenAIPolicy(
-            base_url, api_key, spec.model, temperature=spec.temperature, seed=spec.seed
-        )
+            base_url, api_key, spec.model, timeout_s=spec.timeout_s, temperature=spec.temperature,
+            seed=spec.seed, tool_choice=spec.tool_choice, reasoning_effort=spec.reasoning_effort,
+            summary_max_tokens=min(1024, request.budgets.max_output_tokens or 1024),
+        )  # fmt: skip
 
     def _model_window(self, request: EpisodeCreate) -> int | None:
         """The model service's context length, when the policy is the model service."""
@@ -428,7 +480,14 @@ class EpisodeRunner:
                 .where(EpisodeRow.id == self.id, EpisodeRow.owner == self.owner)
                 .values(reward=reward, updated_at=now_utc())
             )
-        if not self.store.succeed(self.id, self.owner, result, None):
+        reason = StopReason(state.get("exit_reason") or StopReason.completed)
+        if reason.job_status == "failed":  # scored, but a failed job: it says why
+            detail = state.get("exit_detail") or reason.value
+            if not self.store.fail(self.id, self.owner, reason.value, str(detail)[:2000]):
+                raise JobCancelled(self.id)
+            with self.db.session() as s:
+                s.execute(update(EpisodeRow).where(EpisodeRow.id == self.id).values(result=result))
+        elif not self.store.succeed(self.id, self.owner, result, None):
             raise JobCancelled(self.id)
         try:
             from services.orchestrator.episode.export import write_artifacts

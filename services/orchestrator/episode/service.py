@@ -9,14 +9,15 @@ from typing import Any
 
 from sqlalchemy import select
 
-from services.orchestrator.episode.models import EpisodeRow
+from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
 from services.orchestrator.episode.runner import (
-    QUEUE,
     TASK_NAME,
     TERMINAL,
     EpisodeStore,
     Services,
     _aware,
+    episode_queue,
+    now_utc,
     release_resources,
 )
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EventResult
@@ -41,19 +42,36 @@ def services_from_settings(settings: Any, objects: Any = None) -> Services:
     )
 
 
-def create_episode(db: Any, body: EpisodeCreate, enqueue: Callable[[str], None]) -> str:
+def create_episode(
+    db: Any, body: EpisodeCreate, enqueue: Callable[[str], None], harness: Any = None
+) -> str:
     """Row first (a job of kind ``episode``, queued), then the queue; a failed enqueue marks
-    the row failed (``enqueue_failed``), never "queued" forever."""
+    the row failed (``enqueue_failed``), never "queued" forever. ``harness`` (the resolved
+    :class:`HarnessConfig`, as checked at submit) is stored with the episode, so editing the
+    preset later changes no queued or resumed episode."""
     store = EpisodeStore(db)
     job = store.create(
-        kind="episode", payload=body.model_dump(mode="json"), task_name=TASK_NAME, queue=QUEUE,
+        kind="episode", payload=body.model_dump(mode="json"), task_name=TASK_NAME, queue=episode_queue(),
         job_id="ep_" + uuid.uuid4().hex[:20],
     )  # fmt: skip
+    if harness is not None:
+        store_harness(db, job.id, harness)
     try:
         enqueue(job.id)
     except Exception as exc:  # noqa: BLE001 - the row says why
         store.mark_enqueue_failed(job.id, f"could not queue the episode: {exc}")
     return job.id
+
+
+def store_harness(db: Any, episode_id: str, harness: Any) -> None:
+    """The episode's resolved harness, its trajectory's item 0."""
+    with db.session() as s:
+        s.add(
+            TrajectoryItemRow(
+                episode_id=episode_id, seq=0, segment=0, kind="harness", at=now_utc(),
+                body={"harness": harness.model_dump(mode="json")},
+            )
+        )  # fmt: skip
 
 
 def episode_view(row: EpisodeRow) -> Episode:

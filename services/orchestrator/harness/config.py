@@ -62,6 +62,10 @@ class Keep(_Strict):
     tail_fraction: float = Field(
         0.0, ge=0, le=0.5, description="Newest messages up to this share of the window."
     )
+    task: bool = Field(False, description="The first user message (the task) stays verbatim.")
+    latest_user: bool = Field(
+        False, description="The newest user message (a clock notice) is restated after a summary."
+    )
 
 
 class ContextPolicy(_Strict):
@@ -129,6 +133,11 @@ class HarnessConfig(_Strict):
             raise ValueError(f"unknown tools {unknown}; known: {sorted(CATALOGUE)}")
         if "{tool}" not in self.mcp_tool_name:
             raise ValueError("mcp_tool_name must contain {tool}")
+        from services.orchestrator.harness.prompt import check_template
+
+        problem = check_template(self.system_prompt)
+        if problem:
+            raise ValueError(f"system_prompt: {problem}")
         return self
 
 

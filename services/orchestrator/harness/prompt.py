@@ -10,6 +10,19 @@ from jinja2 import ChoiceLoader, DictLoader, Environment, FileSystemLoader, Stri
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 
 
+def check_template(template: str) -> str | None:
+    """Why ``template`` cannot be rendered (a missing file under prompts/, bad Jinja), or None:
+    checked when a harness loads, so an episode never fails on it later."""
+    from jinja2 import TemplateError
+
+    try:
+        render_system_prompt(template)
+    except TemplateError as exc:
+        kind = "no template" if type(exc).__name__ == "TemplateNotFound" else "bad template"
+        return f"{kind} {template[:120]!r} under prompts/: {exc}"
+    return None
+
+
 def render_system_prompt(
     template: str,
     *,

@@ -75,13 +75,20 @@ class ToolSet:
         return list(self.tools)
 
 
+_NAME_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+
+
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     """A pydantic model's JSON schema as a tool's ``parameters`` (no titles)."""
     schema = model.model_json_schema(by_alias=True)
 
-    def strip(node: Any) -> Any:
+    def strip(node: Any, names: bool = False) -> Any:
+        """Drop the ``title`` annotation of every schema node; inside a map of names to
+        schemas (``properties``, ``$defs``) every key is a name, ``title`` included."""
         if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if k != "title"}
+            if names:
+                return {k: strip(v) for k, v in node.items()}
+            return {k: strip(v, names=k in _NAME_MAPS) for k, v in node.items() if k != "title"}
         if isinstance(node, list):
             return [strip(v) for v in node]
         return node
