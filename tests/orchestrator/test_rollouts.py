@@ -166,3 +166,77 @@ def test_effort_budget_cuts_and_exports_validate(orch_db, services) -> None:
         validate_atif(doc)
         agent = [s for s in doc["steps"] if s["source"] == "agent"]
         assert agent and all(s["metrics"]["completion_token_ids"] for s in agent)
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_loses_nothing_on_redis(
+    orch_db, services, sandbox_url, tools_url, tmp_path
+) -> None:
+    """Deployed mode: a real Celery worker on the real Redis broker is SIGKILLed mid-batch; the
+    reaper re-queues its sample, a second worker finishes the batch, and every side-effecting
+    call (apply_patch in the sandbox) ran exactly once."""
+    import os
+    import signal
+    import uuid
+
+    from services.orchestrator.episode.models import ToolCallRow
+    from services.orchestrator.rollouts.service import TASK_NAME, SampleStore, reap_samples
+    from shared.jobs import JobPolicy
+    from shared.queue import make_celery, worker_argv
+    from shared.settings import load_settings
+    from tests.helpers.servers import spawn
+
+    services.sandbox = SandboxClient(sandbox_url, timeout=120.0)
+    queue_name = f"rollouts-test-{uuid.uuid4().hex[:8]}"
+    env = service_env(
+        tmp_path / "worker-data",
+        K3STACK_DATABASE_URL=str(orch_db.engine.url),
+        K3STACK_BROKER_URL="redis://127.0.0.1:6379/11",
+        K3STACK_RESULT_BACKEND="redis://127.0.0.1:6379/11",
+        K3STACK_TOOLS__URL=tools_url,
+        K3STACK_SANDBOX__URL=sandbox_url,
+        K3STACK_MODEL__URL="http://127.0.0.1:9",
+        K3STACK_ORCHESTRATOR__LEASE_S="2",
+        K3STACK_ORCHESTRATOR__ROLLOUT_QUEUE=queue_name,
+    )
+    app = make_celery("orchestrator", load_settings(broker_url=env["K3STACK_BROKER_URL"],
+                                                    result_backend=env["K3STACK_RESULT_BACKEND"]))  # fmt: skip
+
+    def enqueue(sample_id: str) -> None:
+        app.send_task(TASK_NAME, args=[sample_id], task_id=sample_id, queue=queue_name)
+
+    argv = [sys.executable, *worker_argv("orchestrator", 1, "solo", [queue_name])]
+    task = {"sandbox_template": "busybox", "instruction": "Take notes. turns=4"}
+
+    def steps() -> dict[str, tuple[str, int]]:
+        with orch_db.session() as s:
+            rows = s.query(SampleRow).filter_by(rollout_id=rid).all()
+            return {r.id: (r.phase, (r.state or {}).get("step", 0)) for r in rows}
+
+    def wait(pred, what: str, timeout: float = 200.0):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while not (value := pred()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+        return value
+
+    with serve(endpoint()) as url:
+        body = _request(f"{url}/v1", [task], k=3, lam=1.0)
+        rid = create_rollout(orch_db, body, enqueue, queue_name)
+        with spawn(argv, env=env, cwd=REPO, ready_text=" ready.", timeout=120) as first:
+            wait(lambda: any(st >= 2 for _, st in steps().values()), "a sample's second step")
+            os.killpg(first.pgid, signal.SIGKILL)
+            first.proc.wait(timeout=30)
+        killed = steps()
+        assert any(ph == "live" for ph, _ in killed.values())
+        store = SampleStore(orch_db, policy=JobPolicy(heartbeat_s=0.5, lease_s=2.0))
+        with spawn(argv, env=env, cwd=REPO, ready_text=" ready.", timeout=120):
+            wait(lambda: reap_samples(orch_db, enqueue, store), "the lease to lapse")
+            wait(lambda: all(ph == "finished" for ph, _ in steps().values()), "the batch")
+    with orch_db.session() as s:
+        calls = s.query(ToolCallRow).filter(ToolCallRow.episode_id.like(f"{rid}%")).all()
+        assert len(calls) == 3 * 3  # 3 samples x 3 apply_patch turns
+        assert {c.runs for c in calls} == {1}
+        assert max(s.get(SampleRow, i).attempts for i in killed) == 2
+    for rec in _records(orch_db, rid).values():
+        assert rec["steps"] == 4 and rec["phase"] == "finished"

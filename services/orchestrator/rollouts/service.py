@@ -165,8 +165,8 @@ def rollout_view(db: Any, rollout_id: str) -> RolloutView | None:
     return RolloutView(**out, counts=dict(counts), samples=samples)
 
 
-def reap_samples(db: Any, enqueue: Enqueue) -> list[str]:
+def reap_samples(db: Any, enqueue: Enqueue, store: SampleStore | None = None) -> list[str]:
     """Samples whose worker died (lease lapsed) back on the queue from their last tick."""
-    jobs = SampleStore(db).expire_lost()
+    jobs = (store or SampleStore(db)).expire_lost()
     _enqueue_all(db, [j.id for j in jobs], enqueue)
     return [j.id for j in jobs]
