@@ -19,6 +19,12 @@ from shared.errors import bad_request, not_found
 router = APIRouter(tags=["rollouts"])
 
 
+class NDJSONResponse(StreamingResponse):
+    """One JSON document a line (the export's body)."""
+
+    media_type = "application/x-ndjson"
+
+
 def _view(request: Request, rollout_id: str) -> RolloutView:
     view = rollout_view(request.app.state.db, rollout_id)
     if view is None:
@@ -58,11 +64,14 @@ def get_rollout(rollout_id: str, request: Request) -> RolloutView:
     return _view(request, rollout_id)
 
 
-@router.get("/rollouts/{rollout_id}/export", operation_id="exportRollout")
+@router.get(
+    "/rollouts/{rollout_id}/export", response_class=NDJSONResponse, operation_id="exportRollout",
+    responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}},
+)  # fmt: skip
 def export_rollout(
     rollout_id: str, request: Request, format: str = Query("jsonl", pattern="^(jsonl|atif)$")
 ) -> StreamingResponse:
     """JSONL (one sample a line) or ATIF v1.4 (one document a line)."""
     _view(request, rollout_id)
     lines = export_lines(request.app.state.db, rollout_id, format)
-    return StreamingResponse(lines, media_type="application/x-ndjson")
+    return NDJSONResponse(lines)
