@@ -271,6 +271,7 @@ class SampleRunner:
             row.state = _jsonable({**state, "phase": "done"})
         self._release()
         reached_lambda(self.db, self.id)
+        release_setups(self.db, self.svc, self.id)
         return {"phase": phase, "reward": reward, "exit_reason": state.get("exit_reason")}
 
     def _release(self) -> None:
@@ -312,6 +313,33 @@ def reached_lambda(db: Any, sample_id: str) -> None:
         need = math.ceil(float(it.get("lam", 1.0)) * int(it.get("live", 0)) - 1e-9)
         if done >= need and roll.pause_iteration < roll.iteration:
             roll.pause_iteration = roll.iteration
+
+
+def release_setups(db: Any, svc: Any, sample_id: str) -> None:
+    """Once every sample of the batch is done, its base setups go too (idempotent)."""
+    from services.orchestrator.rollouts.models import SetupRow
+    from shared.clients import ServiceError
+
+    with db.session() as s:
+        rid = s.get(SampleRow, sample_id).rollout_id
+        open_ = s.scalar(
+            select(func.count()).where(
+                SampleRow.rollout_id == rid, SampleRow.phase.not_in(TERMINAL_PHASES)
+            )
+        )
+        if open_:
+            return
+        setups = [(r.world_id, r.sandbox_id) for r in s.scalars(
+            select(SetupRow).where(SetupRow.rollout_id == rid, SetupRow.status == "ready"))]  # fmt: skip
+    for world_id, sandbox_id in setups:
+        try:
+            if sandbox_id:
+                svc.sandbox.kill(sandbox_id)
+            if world_id:
+                svc.tools.delete_world(world_id)
+        except ServiceError as exc:
+            if exc.status != 404:
+                log.warning("rollout %s: base setup not released: %s", rid, exc)
 
 
 def _jsonable(value: Any) -> Any:
