@@ -48,17 +48,25 @@ def _reaper(app: FastAPI, stop: threading.Event, interval: float) -> None:
     while not stop.wait(interval):
         try:
             reap(app.state.db, app.state.services, app.state.enqueue)
+            from services.orchestrator.rollouts.service import reap_samples
+
+            reap_samples(app.state.db, app.state.rollout_enqueue)
         except Exception:  # noqa: BLE001 - the reaper keeps going
             import logging
 
             logging.getLogger("k3stack.orchestrator").exception("reaper pass failed")
 
 
-def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
-    """``enqueue`` puts an episode id on the queue (default: the Celery task)."""
+def create_app(
+    enqueue: Callable[[str], None] | None = None,
+    rollout_enqueue: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """``enqueue`` puts an episode id on the queue, ``rollout_enqueue`` a rollout sample's
+    (default: the Celery tasks)."""
     from services.orchestrator.db import open_database
     from services.orchestrator.episode.runner import EpisodeStore
     from services.orchestrator.episode.service import services_from_settings
+    from services.orchestrator.rollouts.routes import router as rollouts_router
     from services.orchestrator.routes import router as episodes_router
 
     settings = get_settings()
@@ -76,6 +84,12 @@ def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
             app.state.enqueue = enqueue_episode
         else:
             app.state.enqueue = enqueue
+        if rollout_enqueue is None:
+            from services.orchestrator.tasks import enqueue_rollout_sample
+
+            app.state.rollout_enqueue = enqueue_rollout_sample
+        else:
+            app.state.rollout_enqueue = rollout_enqueue
         stop = threading.Event()
         interval = settings.orchestrator.reaper_interval_s
         if interval > 0:
@@ -88,7 +102,7 @@ def create_app(enqueue: Callable[[str], None] | None = None) -> FastAPI:
 
     return create_service_app(
         "orchestrator",
-        routers=[router, episodes_router, jobs_router()],
+        routers=[router, episodes_router, rollouts_router, jobs_router()],
         lifespan=lifespan,
         health_checks={"database": db.ping},
         settings=settings,

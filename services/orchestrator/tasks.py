@@ -54,3 +54,10 @@ run_episode = celery.task(base=JobTask, name=TASK_NAME, job_store=EpisodeStore(w
 def enqueue_episode(episode_id: str) -> None:
     """Send an episode's task: the episode id is the Celery task id, as for every job."""
     run_episode.apply_async(args=[episode_id], task_id=episode_id, queue=episode_queue())
+
+
+# Rollout samples (issue 22): one task per sample on the rollouts queue.
+from services.orchestrator.rollouts.tasks import enqueue_with, register  # noqa: E402
+
+run_rollout_sample = register(celery, worker_database)
+enqueue_rollout_sample = enqueue_with(run_rollout_sample)

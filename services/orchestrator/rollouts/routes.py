@@ -1,0 +1,77 @@
+"""Rollout routes: create a batch, iterate it under a new policy version, inspect, export."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from services.orchestrator.harness.config import HarnessError, load_harness
+from services.orchestrator.rollouts.export import export_lines
+from services.orchestrator.rollouts.schema import RolloutCreate, RolloutIterate, RolloutView
+from services.orchestrator.rollouts.service import (
+    create_rollout,
+    iterate,
+    rollout_queue,
+    rollout_view,
+)
+from shared.errors import bad_request, not_found
+
+router = APIRouter(tags=["rollouts"])
+
+
+class NDJSONResponse(StreamingResponse):
+    """One JSON document a line (the export's body)."""
+
+    media_type = "application/x-ndjson"
+
+
+def _view(request: Request, rollout_id: str) -> RolloutView:
+    view = rollout_view(request.app.state.db, rollout_id)
+    if view is None:
+        raise not_found("rollout", rollout_id)
+    return view
+
+
+@router.post("/rollouts", response_model=RolloutView, status_code=202,
+             operation_id="createRollout")  # fmt: skip
+def post_rollout(body: RolloutCreate, request: Request) -> RolloutView:
+    """Queue tasks x K samples, one Celery task each; K samples of a task fork one setup."""
+    try:
+        load_harness(body.harness, request.app.state.settings.data_dir)
+    except KeyError as exc:
+        raise bad_request(f"harness: {exc.args[0]}") from None
+    except HarnessError as exc:
+        raise bad_request(f"harness: {exc}") from None
+    rid = create_rollout(request.app.state.db, body, request.app.state.rollout_enqueue,
+                         rollout_queue(request.app.state.settings))  # fmt: skip
+    return _view(request, rid)
+
+
+@router.post("/rollouts/{rollout_id}/iterate", response_model=RolloutView,
+             operation_id="iterateRollout")  # fmt: skip
+def post_iterate(rollout_id: str, body: RolloutIterate, request: Request) -> RolloutView:
+    """Start the next iteration under a new policy version; paused samples resume first."""
+    try:
+        iterate(request.app.state.db, rollout_id, body, request.app.state.rollout_enqueue)
+    except KeyError:
+        raise not_found("rollout", rollout_id) from None
+    return _view(request, rollout_id)
+
+
+@router.get("/rollouts/{rollout_id}", response_model=RolloutView, operation_id="getRollout")
+def get_rollout(rollout_id: str, request: Request) -> RolloutView:
+    """Per-sample phase, reward and policy-version spans."""
+    return _view(request, rollout_id)
+
+
+@router.get(
+    "/rollouts/{rollout_id}/export", response_class=NDJSONResponse, operation_id="exportRollout",
+    responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}},
+)  # fmt: skip
+def export_rollout(
+    rollout_id: str, request: Request, format: str = Query("jsonl", pattern="^(jsonl|atif)$")
+) -> StreamingResponse:
+    """JSONL (one sample a line) or ATIF v1.4 (one document a line)."""
+    _view(request, rollout_id)
+    lines = export_lines(request.app.state.db, rollout_id, format)
+    return NDJSONResponse(lines)

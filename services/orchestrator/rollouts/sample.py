@@ -1,0 +1,348 @@
+"""Running one rollout sample on a worker, one persisted tick at a time.
+
+The sample's loop is the episode loop (:class:`~services.orchestrator.episode.loop.Loop`: model
+calls, journalled tool calls, budgets) over a forked world and sandbox, with a
+:class:`~services.orchestrator.rollouts.tokens.TokenPolicy`. After every tick the loop state
+(conversation included), the new token segments and the heartbeat are committed together, on
+the condition that the sample is still this run's, so a killed worker loses at most the tick in
+flight and its side-effecting calls are never run twice (the journal's idempotency keys).
+
+Partial rollout: once the batch's λ is reached the rollout's ``pause_iteration`` is set; a live
+sample sees it after its tick, snapshots its world, digests and pauses its sandbox, and ends
+this run as ``paused``. The next iteration resumes it with the same files, world and context
+(ids rebuilt from its stored segments), under the new policy version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from typing import Any
+
+from sqlalchemy import func, select
+
+from services.orchestrator.context.compaction import Compactor
+from services.orchestrator.context.tokens import ApproxTokenCounter
+from services.orchestrator.episode.loop import Loop, Runtime, World, initial_state
+from services.orchestrator.episode.runner import SQLJournal, now_utc
+from services.orchestrator.harness.config import load_harness
+from services.orchestrator.harness.prompt import render_system_prompt
+from services.orchestrator.rollouts.models import RolloutRow, SampleRow, SegmentRow
+from services.orchestrator.rollouts.schema import RolloutCreate
+from services.orchestrator.rollouts.setup import base_setup, fork_setup
+from services.orchestrator.rollouts.tokens import Segment, TokenPolicy, TokenState
+from services.orchestrator.tools.base import ToolSet
+from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
+from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
+from shared.jobs import JobCancelled, JobRun
+
+log = logging.getLogger("k3stack.rollouts")
+TERMINAL_PHASES = ("finished", "cut", "failed")
+NO_COMPACTION = 10**12  # a token stream is never rewritten: compaction would break it
+FILES_DIGEST = "find /root -type f -exec md5sum {} + 2>/dev/null | sort"
+
+
+def segments_of(db: Any, sample_id: str) -> list[Segment]:
+    with db.session() as s:
+        rows = s.scalars(
+            select(SegmentRow).where(SegmentRow.sample_id == sample_id).order_by(SegmentRow.seq)
+        ).all()
+        return [
+            Segment(r.prompt_ids, r.completion_ids, r.logprobs, r.version, r.finish_reason)
+            for r in rows
+        ]
+
+
+def files_digest(svc: Any, sandbox_id: str) -> str:
+    out = svc.sandbox.exec(sandbox_id, FILES_DIGEST, timeout=60)
+    return hashlib.sha256((out.stdout or "").encode()).hexdigest()
+
+
+class SampleRunner:
+    def __init__(self, db: Any, services: Any, sample_id: str) -> None:
+        self.db, self.svc, self.id = db, services, sample_id
+        self.owner = ""
+        self.seq = 0
+
+    def run(self, job: JobRun) -> dict[str, Any]:
+        self.owner = job.owner
+        try:
+            return self._run()
+        except JobCancelled:
+            raise
+        except Exception:  # a sample that cannot go on counts as done for λ (phase failed)
+            try:
+                self._set_phase("failed")
+                reached_lambda(self.db, self.id)
+            except JobCancelled:
+                pass
+            raise
+
+    def _run(self) -> dict[str, Any]:
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            roll = s.get(RolloutRow, row.rollout_id)
+            request = RolloutCreate.model_validate(roll.request)
+            phase, state = row.phase, dict(row.state or {})
+            iteration, paused_at = roll.iteration, roll.pause_iteration
+            policy, rollout_id, index = dict(roll.policy), row.rollout_id, row.task_index
+            row.iteration = iteration
+        if phase in TERMINAL_PHASES:
+            return {"phase": phase}
+        if paused_at >= iteration and not state:  # λ reached before this one began
+            self._set_phase("paused", {"before_start": True, "iteration": iteration})
+            return {"phase": "paused"}
+        if not state:
+            state = self._start(request, rollout_id, index)
+        elif phase == "paused":
+            self._resume()
+        self._set_phase("live")
+        return self._loop(request, state, policy, iteration)
+
+    # -- start / resume ---------------------------------------------------------------------
+
+    def _start(self, request: RolloutCreate, rollout_id: str, index: int) -> dict[str, Any]:
+        task = request.tasks[index]
+        base = base_setup(self.db, self.svc, rollout_id, index, task, self.owner)
+        forked = fork_setup(self.svc, base)
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            row.world_id, row.world_token = forked.world_id, forked.world_token
+            row.sandbox_id = forked.sandbox_id
+        harness = load_harness(request.harness, self.svc.settings.data_dir)
+        scenario = None
+        if task.scenario:
+            scenario = self.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
+        now = self.svc.tools.clock(forked.world_id).now.isoformat() if forked.world_id else ""
+        environment = {"cwd": "/root", "shell": "sh"} if forked.sandbox_id else {}
+        system = render_system_prompt(
+            harness.system_prompt, environment=environment, memory={}, skills=[], now=now,
+            reasoning_effort=request.effort,
+        )  # fmt: skip
+        instruction = task.instruction or ""
+        if scenario:
+            instruction = f"{scenario['description']}\nIt is {now} on the world clock.\n" + (
+                task.instruction or ""
+            )
+        state = initial_state(system, instruction.strip())
+        state.update(
+            world={"id": forked.world_id, "token": forked.world_token} if forked.world_id else None,
+            scenario=scenario, sandbox_id=forked.sandbox_id, clock=now, covered=0,
+        )  # fmt: skip
+        return state
+
+    def _resume(self) -> None:
+        """The paused sample's sandbox back on; its world checked against the snapshot taken at
+        the pause (restored from it if anything moved)."""
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            sandbox_id, world_id, paused = row.sandbox_id, row.world_id, dict(row.paused or {})
+        if sandbox_id:
+            self.svc.sandbox.resume(sandbox_id)
+            paused["resumed_files"] = files_digest(self.svc, sandbox_id)
+        if world_id and paused.get("world_snapshot"):
+            now_hash = self.svc.tools.state(world_id, tables=False).full_hash
+            if now_hash != paused.get("world_hash"):
+                self.svc.tools.restore(world_id, paused["world_snapshot"])
+                now_hash = self.svc.tools.state(world_id, tables=False).full_hash
+            paused["resumed_world_hash"] = now_hash
+        with self.db.session() as s:
+            s.get(SampleRow, self.id).paused = paused
+
+    def _pause(self, state: dict[str, Any], iteration: int) -> dict[str, Any]:
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            sandbox_id, world_id = row.sandbox_id, row.world_id
+        saved: dict[str, Any] = {"iteration": iteration, "step": state["step"],
+                                 "at": now_utc().isoformat()}  # fmt: skip
+        if world_id:
+            snap = self.svc.tools.snapshot(world_id, label=f"pause-{iteration}")
+            saved.update(world_snapshot=snap.id, world_hash=snap.state_hash)
+        if sandbox_id:
+            saved["files"] = files_digest(self.svc, sandbox_id)
+            self.svc.sandbox.pause(sandbox_id)
+        self._set_phase("paused", saved)
+        return {"phase": "paused", "step": state["step"]}
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _runtime(self, request: RolloutCreate, state: dict[str, Any], policy: dict) -> Runtime:
+        harness = load_harness(request.harness, self.svc.settings.data_dir)
+        harness.budgets.max_steps = request.budgets.max_steps
+        harness.budgets.steps_per_day = request.budgets.max_steps
+        harness.budgets.max_output_tokens = request.budgets.max_output_tokens
+        harness.budgets.max_tokens = NO_COMPACTION
+        harness.reasoning_effort = request.effort  # type: ignore[assignment]
+        tools = ToolSet()
+        for key in harness.tools:
+            tools.add(CATALOGUE[key])
+        world, names = None, {}
+        if state.get("world"):
+            w, scenario = state["world"], state.get("scenario") or {}
+            found = world_tools(WorldMCP(self.svc.tools, w["id"], w["token"]),
+                                scenario_apps(scenario), harness.mcp_tool_name)  # fmt: skip
+            for t in found:
+                tools.add(t)
+            names = mcp_name_map(found)
+            from datetime import datetime
+
+            world = World(self.svc.tools, w["id"], w["token"],
+                          end=datetime.fromisoformat(scenario["end"]),
+                          start=datetime.fromisoformat(scenario["start"]))  # fmt: skip
+        base_url = policy.get("base_url") or self.svc.model.openai_base_url
+        tp = TokenPolicy(
+            base_url, version=policy["version"], model=policy.get("model"),
+            tokens=TokenState.from_segments(segments_of(self.db, self.id), state["covered"]),
+            temperature=policy.get("temperature", 1.0), seed=policy.get("seed"),
+            api_key=self.svc.settings.model.api_key if not policy.get("base_url") else None,
+        )  # fmt: skip
+        compactor = Compactor(harness.context, NO_COMPACTION, ApproxTokenCounter(),
+                              tp.summarize, tools.specs())  # fmt: skip
+        ctx = ToolContext(sandbox=self.svc.sandbox if state.get("sandbox_id") else None,
+                          sandbox_id=state.get("sandbox_id"), scratch=state["scratch"],
+                          skills={}, timeout_s=harness.budgets.tool_timeout_s)  # fmt: skip
+        return Runtime(harness=harness, tools=tools, ctx=ctx, policy=tp, compactor=compactor,
+                       journal=SQLJournal(self.db, self.id), world=world, names=names,
+                       episode_id=self.id)  # fmt: skip
+
+    def _loop(self, request: RolloutCreate, state: dict[str, Any], policy: dict,
+              iteration: int) -> dict[str, Any]:  # fmt: skip
+        rt = self._runtime(request, state, policy)
+        tp: TokenPolicy = rt.policy
+        budget = request.budgets.effort_budgets.get(request.effort)
+        loop = Loop(rt, state, lambda kind, body: None)
+        with self.db.session() as s:
+            self.seq = s.scalar(
+                select(func.coalesce(func.max(SegmentRow.seq), 0)).where(
+                    SegmentRow.sample_id == self.id
+                )
+            )
+        try:
+            while not loop.done:
+                loop.tick()
+                state["covered"] = tp.tokens.covered
+                if budget is not None and state["usage"]["completion_tokens"] > budget:
+                    state["exit_reason"] = "effort_budget"
+                    state["exit_detail"] = (
+                        f"{state['usage']['completion_tokens']} completion tokens over the "
+                        f"{request.effort} budget of {budget}"
+                    )
+                    self._persist(state, tp, iteration)
+                    return self._finish(state, "cut", -1.0)
+                if self._persist(state, tp, iteration) and not loop.done:
+                    return self._pause(state, iteration)
+            return self._finish(state, "finished", self._reward(rt))
+        finally:
+            tp.close()
+
+    def _persist(self, state: dict[str, Any], tp: TokenPolicy, iteration: int) -> bool:
+        """Commit the tick; True when the batch's λ has been reached (time to pause)."""
+        now = now_utc()
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            if row.status != "running" or row.owner != self.owner:
+                raise JobCancelled(self.id)
+            for seg in tp.segments:
+                self.seq += 1
+                s.add(SegmentRow(sample_id=self.id, seq=self.seq, prompt_ids=seg.prompt_ids,
+                                 completion_ids=seg.completion_ids, logprobs=seg.logprobs,
+                                 version=seg.version, iteration=iteration,
+                                 finish_reason=seg.finish_reason))  # fmt: skip
+            tp.segments.clear()
+            row.state = _jsonable(state)
+            row.heartbeat_at = row.updated_at = now
+            row.progress_message = f"step {state['step']}"
+            roll = s.get(RolloutRow, row.rollout_id)
+            return roll.pause_iteration >= iteration
+
+    def _reward(self, rt: Runtime) -> float | None:
+        if rt.world is None:
+            return None
+        checks = self.svc.tools.checks(rt.world.id)
+        return checks.events_passed / checks.events_total if checks.events_total else 0.0
+
+    def _finish(self, state: dict[str, Any], phase: str, reward: float | None) -> dict:
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            if row.status != "running" or row.owner != self.owner:
+                raise JobCancelled(self.id)
+            row.phase, row.reward, row.updated_at = phase, reward, now_utc()
+            row.state = _jsonable({**state, "phase": "done"})
+        self._release()
+        reached_lambda(self.db, self.id)
+        release_setups(self.db, self.svc, self.id)
+        return {"phase": phase, "reward": reward, "exit_reason": state.get("exit_reason")}
+
+    def _release(self) -> None:
+        from shared.clients import ServiceError
+
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            sandbox_id, world_id = row.sandbox_id, row.world_id
+        try:
+            if sandbox_id:
+                self.svc.sandbox.kill(sandbox_id)
+            if world_id:
+                self.svc.tools.delete_world(world_id)
+        except ServiceError as exc:
+            log.warning("sample %s: resources not released: %s", self.id, exc)
+
+    def _set_phase(self, phase: str, paused: dict[str, Any] | None = None) -> None:
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            if row.status != "running" or row.owner != self.owner:
+                raise JobCancelled(self.id)
+            row.phase, row.updated_at = phase, now_utc()
+            if paused is not None:
+                row.paused = {**(row.paused or {}), **paused}
+
+
+def reached_lambda(db: Any, sample_id: str) -> None:
+    """Once ⌈λ x live⌉ samples of this iteration have finished, the rest are told to pause."""
+    with db.session() as s:
+        row = s.get(SampleRow, sample_id)
+        roll = s.get(RolloutRow, row.rollout_id, with_for_update=True)
+        it = (roll.history or [{}])[-1]
+        done = s.scalar(
+            select(func.count()).where(
+                SampleRow.rollout_id == roll.id, SampleRow.iteration == roll.iteration,
+                SampleRow.phase.in_(TERMINAL_PHASES),
+            )
+        )  # fmt: skip
+        need = math.ceil(float(it.get("lam", 1.0)) * int(it.get("live", 0)) - 1e-9)
+        if done >= need and roll.pause_iteration < roll.iteration:
+            roll.pause_iteration = roll.iteration
+
+
+def release_setups(db: Any, svc: Any, sample_id: str) -> None:
+    """Once every sample of the batch is done, its base setups go too (idempotent)."""
+    from services.orchestrator.rollouts.models import SetupRow
+    from shared.clients import ServiceError
+
+    with db.session() as s:
+        rid = s.get(SampleRow, sample_id).rollout_id
+        open_ = s.scalar(
+            select(func.count()).where(
+                SampleRow.rollout_id == rid, SampleRow.phase.not_in(TERMINAL_PHASES)
+            )
+        )
+        if open_:
+            return
+        setups = [(r.world_id, r.sandbox_id) for r in s.scalars(
+            select(SetupRow).where(SetupRow.rollout_id == rid, SetupRow.status == "ready"))]  # fmt: skip
+    for world_id, sandbox_id in setups:
+        try:
+            if sandbox_id:
+                svc.sandbox.kill(sandbox_id)
+            if world_id:
+                svc.tools.delete_world(world_id)
+        except ServiceError as exc:
+            if exc.status != 404:
+                log.warning("rollout %s: base setup not released: %s", rid, exc)
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,184 @@
+"""Token in, token out: the policy of a rollout sample.
+
+The sample's context is a list of token ids, never text sent again: each model call is a
+``/v1/completions`` request whose ``prompt`` is the stored ids plus the ids of what arrived
+since (tool observations, clock notices), and its completion ids are appended as they came
+back. Only new non-assistant messages are ever tokenised, once, by the endpoint's own chat
+template (``/v1/tokenize`` with ``messages``): rendered after a fixed empty prefix and cut at
+the prefix's length, so the template's turn framing is the model's and nothing before is
+re-tokenised. A resumed sample rebuilds the ids from its stored segments and goes on from them,
+so what the model saw is exactly what a run without the pause would have sent.
+
+Tool calls are read from the completion text in the Hermes form
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the model service's native XTML
+call parser lives in that service and is not importable here; a model trained for rollouts
+with this harness emits this form).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from services.orchestrator.episode.policy import Turn, View, extractive_summary
+
+CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+#: The fixed prefix new messages are rendered after (its tokens are cut off again).
+PREFIX = [
+    {"role": "system", "content": ""},
+    {"role": "user", "content": ""},
+    {"role": "assistant", "content": ""},
+]
+
+
+@dataclass
+class Segment:
+    """One assistant segment: the ids added to the context before it (``prompt_ids``), what it
+    generated, the logprobs of that and the version that generated it."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    version: str
+    finish_reason: str
+
+
+@dataclass
+class TokenState:
+    """The sample's running context as ids, and how many of its messages they cover."""
+
+    ids: list[int] = field(default_factory=list)
+    covered: int = 0  # messages of the conversation already in ``ids``
+
+    @classmethod
+    def from_segments(cls, segments: list[Segment], covered: int) -> TokenState:
+        ids: list[int] = []
+        for seg in segments:
+            ids += seg.prompt_ids + seg.completion_ids
+        return cls(ids, covered)
+
+
+class EndpointError(Exception):
+    """The policy endpoint refused or broke a request."""
+
+
+def parse_calls(text: str, step: int) -> tuple[str, list[dict[str, Any]]]:
+    """(content without the call blocks, calls as {id, name, arguments-as-JSON-string})."""
+    calls = []
+    for i, m in enumerate(CALL_RE.finditer(text)):
+        try:
+            body = json.loads(m.group(1))
+        except json.JSONDecodeError:
+            body = {"name": "invalid_tool_call", "arguments": {"raw": m.group(1)[:2000]}}
+        if not isinstance(body, dict):
+            body = {"name": "invalid_tool_call", "arguments": {"raw": str(body)[:2000]}}
+        args = body.get("arguments", {})
+        calls.append(
+            {
+                "id": f"call_{step}_{i}",
+                "name": str(body.get("name", "")),
+                "arguments": args if isinstance(args, str) else json.dumps(args),
+            }
+        )
+    return CALL_RE.sub("", text).strip(), calls
+
+
+class TokenPolicy:
+    """A policy version behind an OpenAI-compatible completions endpoint, token in token out.
+    ``segments`` collects the new segments; the runner stores and clears them each tick."""
+
+    name = "tokens"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        version: str,
+        model: str | None,
+        tokens: TokenState,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, headers=headers)
+        self.version = version
+        self.model = model
+        self.tokens = tokens
+        self.temperature = temperature
+        self.seed = seed
+        self.segments: list[Segment] = []
+        self.sections: list[str] = []
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.model:
+            body = {"model": self.model, **body}
+        resp = self.http.post(path, json=body)
+        if resp.status_code >= 400:
+            raise EndpointError(f"{path}: {resp.status_code} {resp.text[:500]}")
+        return resp.json()
+
+    def render(self, messages: list[dict[str, Any]], view: View, first: bool) -> list[int]:
+        """The ids of ``messages`` as the template frames them, ready for the next turn."""
+        common: dict[str, Any] = {"add_generation_prompt": True}
+        if view.reasoning_effort:
+            common["reasoning_effort"] = view.reasoning_effort
+        if first:
+            body = {"messages": messages, **common}
+            if view.tools:
+                body["tools"] = view.tools
+            return list(self._post("/tokenize", body)["tokens"])
+        full = self._post("/tokenize", {"messages": PREFIX + messages, **common})["tokens"]
+        base = self._post("/tokenize", {**common, "messages": PREFIX,
+                                        "add_generation_prompt": False})["tokens"]  # fmt: skip
+        if full[: len(base)] != base:
+            raise EndpointError("the chat template does not render messages prefix-stably")
+        return list(full[len(base) :])
+
+    def act(self, view: View) -> Turn:
+        new = [m for m in view.messages[self.tokens.covered :] if m.get("role") != "assistant"]
+        delta = self.render(new, view, first=self.tokens.covered == 0)
+        prompt = self.tokens.ids + delta
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "max_tokens": view.max_tokens,
+            "temperature": self.temperature,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+        if self.seed is not None:
+            body["seed"] = self.seed
+        out = self._post("/completions", body)
+        choice = out["choices"][0]
+        completion = list(choice.get("token_ids") or [])
+        if not completion and choice.get("text"):
+            raise EndpointError("the endpoint returned text without token_ids")
+        lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        logprobs = [float(x) if x is not None else 0.0 for x in lps][: len(completion)]
+        logprobs += [0.0] * (len(completion) - len(logprobs))
+        finish = choice.get("finish_reason") or "stop"
+        self.segments.append(Segment(delta, completion, logprobs, self.version, finish))
+        self.tokens.ids = prompt + completion
+        self.tokens.covered = len(view.messages) + 1  # and the assistant message the loop adds
+        content, calls = parse_calls(choice.get("text") or "", view.step + 1)
+        return Turn(
+            content=content,
+            tool_calls=calls,
+            usage={"prompt_tokens": len(prompt), "completion_tokens": len(completion)},
+            model=out.get("model", self.model or ""),
+            finish_reason="tool_calls" if calls else finish,
+            token_ids=completion,
+            logprobs=logprobs,
+            options={k: v for k, v in body.items() if k != "prompt"},
+        )
+
+    def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:
+        return extractive_summary(messages, self.sections)

@@ -1,0 +1,95 @@
+"""The rollout API over HTTP: a batch runs through POST /rollouts (samples run by the enqueue
+hook, in-process, as a worker would), GET shows phases and version spans, the export streams
+one line per sample; bad input is a 4xx naming the problem."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.helpers.asgi import serve
+from tests.orchestrator.rollout_endpoint import endpoint
+
+
+@pytest.fixture
+def api(tmp_path, monkeypatch) -> Iterator[tuple[TestClient, list[threading.Thread]]]:
+    from services.orchestrator.app import create_app
+    from services.orchestrator.rollouts.tasks import run_inline
+    from shared.settings import get_settings
+
+    for key, value in {
+        "K3STACK_TOOLS__URL": "http://127.0.0.1:9", "K3STACK_MODEL__URL": "http://127.0.0.1:9",
+        "K3STACK_SANDBOX__URL": "http://127.0.0.1:9",
+        "K3STACK_DATABASE_URL": f"sqlite:///{tmp_path}/orch.db",
+        "K3STACK_ORCHESTRATOR__REAPER_INTERVAL_S": "0",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    holder: dict[str, Any] = {}
+    threads: list[threading.Thread] = []
+
+    def enqueue(sample_id: str) -> None:
+        app = holder["app"]
+        t = threading.Thread(target=run_inline, args=(app.state.db, app.state.services, sample_id))
+        threads.append(t)
+        t.start()
+
+    app = create_app(enqueue=lambda _i: None, rollout_enqueue=enqueue)
+    holder["app"] = app
+    with TestClient(app) as client:
+        yield client, threads
+    get_settings.cache_clear()
+
+
+def test_batch_over_http(api) -> None:
+    client, threads = api
+    with serve(endpoint()) as url:
+        body = {
+            "tasks": [{"instruction": "turns=1"}, {"instruction": "turns=2"}],
+            "samples_per_task": 2, "harness": "codex",
+            "policy": {"base_url": f"{url}/v1", "version": "v1", "temperature": 0},
+        }  # fmt: skip
+        resp = client.post("/rollouts", json=body)
+        assert resp.status_code == 202, resp.text
+        rid = resp.json()["id"]
+        for t in list(threads):
+            t.join(timeout=120)
+    view = client.get(f"/rollouts/{rid}").json()
+    assert view["counts"] == {"finished": 4}
+    assert all(s["versions"][0]["version"] == "v1" for s in view["samples"])
+    lines = client.get(f"/rollouts/{rid}/export", params={"format": "atif"}).text.splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["schema_version"] == "ATIF-v1.4"
+    bad = client.post(f"/rollouts/{rid}/iterate", json={"policy": {}})
+    assert bad.status_code == 400 and "version" in bad.text
+
+
+@pytest.mark.parametrize(
+    ("patch", "needle"),
+    [
+        ({"lam": 0}, "lam"),
+        ({"samples_per_task": 10**9}, "samples_per_task"),
+        ({"tasks": []}, "tasks"),
+        ({"effort": "extreme"}, "effort"),
+        ({"budgets": {"effort_budgets": {"low": -5}}}, "effort_budgets"),
+        ({"harness": "no-such-harness"}, "harness"),
+    ],
+)
+def test_bad_input_is_a_4xx_naming_it(api, patch, needle) -> None:
+    client, _ = api
+    body = {"tasks": [{"instruction": "x"}], "policy": {"version": "v1"}, **patch}
+    resp = client.post("/rollouts", json=body)
+    assert 400 <= resp.status_code < 500 and needle in resp.text, resp.text
+
+
+def test_unknown_rollout_is_404(api) -> None:
+    client, _ = api
+    assert client.get("/rollouts/ro_nope").status_code == 404
+    assert client.get("/rollouts/ro_nope/export").status_code == 404
+    assert client.get("/rollouts/ro_nope/export", params={"format": "csv"}).status_code == 400
+    body = {"policy": {"version": "v2"}}
+    assert client.post("/rollouts/ro_nope/iterate", json=body).status_code == 404
