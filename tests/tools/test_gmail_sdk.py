@@ -188,7 +188,7 @@ def test_media_upload_route(server: str) -> None:
     """The SDK sends media uploads to ``/upload/gmail/v1/...`` at the host root and keeps the
     discovery document's https scheme (it swaps only the host), so against a plain-http mock
     it needs TLS in front; the route it targets is exercised here directly."""
-    world = httpx.post(f"{server}/worlds", json={}).json()
+    world = httpx.post(f"{server}/worlds", json={}, headers=ADMIN).json()
     raw = b"To: d@x.test\r\nSubject: uploaded\r\n\r\nvia media upload\r\n"
     resp = httpx.post(
         f"{server}/upload/gmail/v1/users/me/messages/send?uploadType=media",
