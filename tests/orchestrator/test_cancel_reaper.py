@@ -97,4 +97,7 @@ def test_an_episode_that_keeps_losing_its_worker_fails_worker_lost(orch_db, serv
     row = status(orch_db, lost)
     assert row.status == "failed" and row.error_code == "worker_lost" and row.resources_released
     assert f"started {row.attempts} times" in row.error_message
-    assert httpx.get(f"{services.tools.base_url}/worlds/{world.id}", timeout=30).status_code == 404
+    gone = httpx.get(
+        f"{services.tools.base_url}/worlds/{world.id}", timeout=30, headers=TOOLS_ADMIN
+    )
+    assert gone.status_code == 404
