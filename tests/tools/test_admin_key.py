@@ -26,9 +26,14 @@ MANAGEMENT = [
 ]
 
 
+@pytest.fixture(scope="module")
+def hr_world(tools_client):
+    return create_world(tools_client, "hr_leave")
+
+
 @pytest.mark.parametrize(("method", "path"), MANAGEMENT)
-def test_an_agent_token_opens_no_management_route(tools_client, agent_client, method, path):
-    w = create_world(tools_client, "hr_leave")
+def test_an_agent_token_opens_no_management_route(hr_world, agent_client, method, path):
+    w = hr_world
     url = path.format(id=w.id)
     for headers, want in (
         ({}, 401),
