@@ -60,8 +60,10 @@ def main() -> None:
     from services.tools.app import create_app
     from services.tools.apps.gmail import actions as gm
     from services.tools.context import open_world
+    from shared.auth import API_KEY_HEADER, service_key
 
     with TestClient(create_app()) as c:
+        c.headers[API_KEY_HEADER] = service_key(c.app.state.settings, "tools")  # admin routes
         w = c.post("/worlds", json={"scenario": "empty", "seed": 0}).json()
         wid, h = w["id"], {"Authorization": f"Bearer {w['token']}"}
         t0 = time.perf_counter()

@@ -27,7 +27,7 @@ import tenacity
 from pydantic import BaseModel, TypeAdapter
 
 from shared.app import Health
-from shared.auth import API_KEY_HEADER
+from shared.auth import ALWAYS_KEYED, API_KEY_HEADER, service_key
 from shared.chat import ChatMessage, ToolDefinition
 from shared.contracts import model as m
 from shared.contracts import sandbox as sb
@@ -166,6 +166,8 @@ class _Base:
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        if api_key is None and self.service in ALWAYS_KEYED:
+            api_key = service_key(get_settings(), self.service)  # its admin key, every mode
         self.api_key = api_key
         self.timeout = timeout
         self.retries = retries
@@ -179,7 +181,8 @@ class _Base:
         section = settings.service(name)
         out: dict[str, Any] = {
             "base_url": section.base_url,
-            "api_key": section.api_key,
+            # a service keyed in every mode: its configured key, else the embedded one
+            "api_key": service_key(settings, name) if name in ALWAYS_KEYED else section.api_key,
             "timeout": settings.http_timeout_s,
             "retries": settings.http_retries,
         }

@@ -25,6 +25,7 @@ from services.tools.db import app_module, load_apps, set_present_tables, tools_d
 from services.tools.worlds.routes import router as worlds_router
 from shared.app import _HTTP_CODES, _describe_validation
 from shared.app import create_app as create_service_app
+from shared.auth import service_key
 from shared.db import ServiceDatabase
 from shared.errors import APIError, Error
 from shared.objectstore import make_object_store
@@ -182,6 +183,7 @@ def create_app() -> FastAPI:
             log.warning("tables without a migration, left out of worlds: %s", missing)
         app.state.db = db
         app.state.objects = make_object_store(settings)
+        service_key(settings, "tools")  # embedded mode: the admin key exists once we serve
         yield
         db.close()
 

@@ -14,6 +14,7 @@ the lock directly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
@@ -25,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.concurrency import run_in_threadpool
 
 ATTEMPTS = 6
+_NO_LOCK = contextlib.nullcontext()
 _LOCKS: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
 
 
@@ -62,10 +64,13 @@ async def run_world_call(
     retry conflicts. The handler's context dependency leaves the session on
     ``request.state.world_ctx``.
     """
-    world_id = str(request.path_params.get("world_id", ""))
+    world_id = request.path_params.get("world_id")
     for attempt in range(ATTEMPTS):
         try:
-            async with world_lock(world_id):
+            # A route that names no world (the catalogue, an oracle plan, a new world) has
+            # nothing to serialise: sharing one lock made ``GET /scenarios`` wait behind a
+            # plan being computed.
+            async with world_lock(str(world_id)) if world_id else _NO_LOCK:
                 response = await handler(request)
                 ctx = getattr(request.state, "world_ctx", None)
                 if ctx is not None:

@@ -16,6 +16,17 @@ import pytest
 from tests.helpers.servers import _on_free_port
 
 REPO = Path(__file__).resolve().parents[2]
+# The tools service wants its admin key in every mode: every process here shares this one.
+TOOLS_KEY = "tools-admin-key-orchestrator-tests"
+TOOLS_ADMIN = {"X-API-Key": TOOLS_KEY}
+
+
+@pytest.fixture(autouse=True)
+def _tools_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.settings import get_settings
+
+    monkeypatch.setenv("K3STACK_TOOLS__API_KEY", TOOLS_KEY)
+    get_settings.cache_clear()
 
 
 def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -24,6 +35,7 @@ def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
         K3STACK_DATA_DIR=str(data_dir),
         K3STACK_ENV_FILE="/nonexistent/.env",
         K3STACK_AUTH_ENABLED="false",
+        K3STACK_TOOLS__API_KEY=TOOLS_KEY,
         PYTHONPATH=str(REPO),
         **extra,
     )
@@ -90,7 +102,7 @@ def oracle_score(tools_url: str, scenario: str, seed: int) -> tuple[int, int]:
     from services.tools.scenarios.api import WorldAPI
     from services.tools.scenarios.story import run_oracle
 
-    with httpx.Client(base_url=tools_url, timeout=60.0) as http:
+    with httpx.Client(base_url=tools_url, timeout=60.0, headers=TOOLS_ADMIN) as http:
         world = http.post("/worlds", json={"scenario": scenario, "seed": seed}).json()
         inst = http.get(f"/scenarios/{scenario}", params={"seed": seed}).json()
         run_oracle(inst["oracle"], datetime.fromisoformat(inst["end"]),

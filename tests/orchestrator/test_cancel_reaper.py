@@ -13,6 +13,7 @@ from services.orchestrator.episode.policy import ScriptedPolicy, Turn
 from services.orchestrator.episode.runner import EpisodeRunner, now_utc
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.service import create_episode, reap, request_cancel
+from tests.orchestrator.conftest import TOOLS_ADMIN
 
 BODY = {"task": {"scenario": "finance_expenses"}, "harness": "claude-code",
         "policy": {"kind": "oracle"}}  # fmt: skip
@@ -51,7 +52,8 @@ def test_cancel_queued_and_running(orch_db, services, tools_url) -> None:
     row = status(orch_db, running)
     assert row.status == "cancelled" and row.resources_released
     assert row.state["step"] <= 4
-    assert httpx.get(f"{tools_url}/worlds/{row.world_id}", timeout=30).status_code == 404
+    gone = httpx.get(f"{tools_url}/worlds/{row.world_id}", timeout=30, headers=TOOLS_ADMIN)
+    assert gone.status_code == 404
 
 
 def test_reaper_requeues_a_lapsed_lease_and_releases_leftovers(orch_db, services) -> None:
@@ -95,4 +97,7 @@ def test_an_episode_that_keeps_losing_its_worker_fails_worker_lost(orch_db, serv
     row = status(orch_db, lost)
     assert row.status == "failed" and row.error_code == "worker_lost" and row.resources_released
     assert f"started {row.attempts} times" in row.error_message
-    assert httpx.get(f"{services.tools.base_url}/worlds/{world.id}", timeout=30).status_code == 404
+    gone = httpx.get(
+        f"{services.tools.base_url}/worlds/{world.id}", timeout=30, headers=TOOLS_ADMIN
+    )
+    assert gone.status_code == 404

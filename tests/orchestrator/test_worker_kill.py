@@ -21,7 +21,7 @@ from services.orchestrator.episode.service import create_episode, reap
 from shared.jobs import JobPolicy
 from shared.queue import make_celery, worker_argv
 from tests.helpers.servers import spawn
-from tests.orchestrator.conftest import REPO, service_env
+from tests.orchestrator.conftest import REPO, TOOLS_ADMIN, service_env
 
 SCENARIO = "hr_onboarding"
 REQUEST = {
@@ -33,7 +33,8 @@ REQUEST = {
 
 
 def agent_actions(tools_url: str, world_id: str) -> Counter:
-    state = httpx.get(f"{tools_url}/worlds/{world_id}/state", timeout=60).json()
+    state = httpx.get(f"{tools_url}/worlds/{world_id}/state", timeout=60, headers=TOOLS_ADMIN)
+    state = state.json()
     rows = state["tables"]["tools_actions"]
     return Counter((r["app"], r["action"]) for r in rows if r["actor"] == "agent")
 

@@ -29,6 +29,9 @@ from services.tools.models import WorldRow
 from shared.app import create_app as create_service_app
 from shared.settings import Settings
 
+# The admin key of the service servers here (management routes want one in every mode).
+ADMIN_KEY = "tools-admin-key-for-the-tests"
+ADMIN = {"X-API-Key": ADMIN_KEY}
 CLOCK = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday, 09:00 UTC
 
 
@@ -148,6 +151,7 @@ def service_server(tmp: Path) -> Iterator[tuple[FastAPI, str]]:
         mp.setenv("K3STACK_DATA_DIR", str(tmp))
         mp.delenv("K3STACK_DATABASE_URL", raising=False)
         mp.setenv("K3STACK_AUTH_ENABLED", "false")
+        mp.setenv("K3STACK_TOOLS__API_KEY", ADMIN_KEY)
         get_settings.cache_clear()
         app = create_app()
     get_settings.cache_clear()
@@ -158,7 +162,9 @@ def service_server(tmp: Path) -> Iterator[tuple[FastAPI, str]]:
 
 def create_world(base_url: str, seed: int = 0) -> tuple[str, str]:
     """``POST /worlds`` on the real service: (world id, world token)."""
-    body = httpx.post(f"{base_url}/worlds", json={"scenario": "empty", "seed": seed}).json()
+    body = httpx.post(
+        f"{base_url}/worlds", json={"scenario": "empty", "seed": seed}, headers=ADMIN
+    ).json()
     return body["id"], body["token"]
 
 

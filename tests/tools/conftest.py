@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.tools.scenarios.api import WorldAPI
+from shared.auth import API_KEY_HEADER, service_key
 
 # What the session's tools app needs from the environment, and only while it is built: the
 # app keeps its settings (``app.state.settings``) from then on, so the variables are put back
@@ -39,12 +40,25 @@ def tools_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClien
         from services.tools.app import create_app
 
         client = TestClient(create_app())
-        client.__enter__()  # the lifespan: migrations, app.state.db
+        client.__enter__()  # the lifespan: migrations, app.state.db, the admin key
     get_settings.cache_clear()
+    keyed(client)  # the platform's side: management routes want the admin key in every mode
     try:
         yield client
     finally:
         client.__exit__(None, None, None)
+
+
+def keyed(client: TestClient) -> TestClient:
+    """``client`` sending the service's admin key (read as the platform's clients do)."""
+    client.headers[API_KEY_HEADER] = service_key(client.app.state.settings, "tools")
+    return client
+
+
+@pytest.fixture
+def agent_client(tools_client: TestClient) -> TestClient:
+    """The same service as an agent reaches it: no admin key, only what it sends."""
+    return TestClient(tools_client.app)
 
 
 @dataclass

@@ -166,6 +166,8 @@ from services.tools.events.engine import evaluate_check
 from shared.contracts.tools import Check
 
 with TestClient(create_app()) as c:
+    from shared.auth import service_key
+    c.headers["X-API-Key"] = service_key(c.app.state.settings, "tools")
     db = c.app.state.db
     assert "echo_notes" in inspect(db.engine).get_table_names()  # its own revision ran
     assert "echo" in db.revision(), db.revision()

@@ -14,7 +14,7 @@ import pytest
 from services.tools.events.spec import Check, Effect, EventSpec, Person, ScenarioInstance, Trigger
 from services.tools.scenarios import SCENARIOS
 from services.tools.scenarios.base import Scenario
-from tests.tools.conftest import create_world
+from tests.tools.conftest import create_world, keyed
 
 T0 = datetime(2025, 3, 3, 8, 0, tzinfo=UTC)
 ME = Person(name="Pat Doe", email="pat@corp.test")
@@ -260,6 +260,7 @@ def test_npc_model_endpoint(tmp_path, monkeypatch) -> None:
         from services.tools.app import create_app
 
         with TestClient(create_app()) as c:
+            keyed(c)
             w = create_world(c, "test_mini")
             w.advance(by="2h")
             _reply(w, "yes friday")

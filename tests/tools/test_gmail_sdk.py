@@ -18,6 +18,8 @@ from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 from googleapiclient.http import MediaIoBaseUpload
 
+from tests.tools.apps_conftest import ADMIN, ADMIN_KEY
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -29,6 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         mp.setenv("K3STACK_DATA_DIR", str(tmp_path_factory.mktemp("sdk")))
         mp.delenv("K3STACK_DATABASE_URL", raising=False)
         mp.setenv("K3STACK_AUTH_ENABLED", "false")
+        mp.setenv("K3STACK_TOOLS__API_KEY", ADMIN_KEY)
         get_settings.cache_clear()
         from services.tools.app import create_app
 
@@ -51,7 +54,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def gmail(server: str):  # type: ignore[no-untyped-def]
-    world = httpx.post(f"{server}/worlds", json={"scenario": "empty", "seed": 0}).json()
+    world = httpx.post(
+        f"{server}/worlds", json={"scenario": "empty", "seed": 0}, headers=ADMIN
+    ).json()
     return build(
         "gmail",
         "v1",
@@ -183,7 +188,7 @@ def test_media_upload_route(server: str) -> None:
     """The SDK sends media uploads to ``/upload/gmail/v1/...`` at the host root and keeps the
     discovery document's https scheme (it swaps only the host), so against a plain-http mock
     it needs TLS in front; the route it targets is exercised here directly."""
-    world = httpx.post(f"{server}/worlds", json={}).json()
+    world = httpx.post(f"{server}/worlds", json={}, headers=ADMIN).json()
     raw = b"To: d@x.test\r\nSubject: uploaded\r\n\r\nvia media upload\r\n"
     resp = httpx.post(
         f"{server}/upload/gmail/v1/users/me/messages/send?uploadType=media",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.tools.apps_conftest import create_world, service_server
+from tests.tools.apps_conftest import ADMIN, create_world, service_server
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +47,14 @@ def act(url: str, wid: str, token: str) -> None:
 
 
 def state(url: str, wid: str) -> dict:
-    r = httpx.get(f"{url}/worlds/{wid}/state", params={"tables": "false"})
+    r = httpx.get(f"{url}/worlds/{wid}/state", params={"tables": "false"}, headers=ADMIN)
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def test_lifecycle_and_determinism(url):
     a, token_a = create_world(url, seed=7)
-    snap = httpx.post(f"{url}/worlds/{a}/snapshots", json={}).json()["id"]
+    snap = httpx.post(f"{url}/worlds/{a}/snapshots", json={}, headers=ADMIN).json()["id"]
     act(url, a, token_a)
     s = state(url, a)
     exported = s["apps"]
@@ -62,14 +62,16 @@ def test_lifecycle_and_determinism(url):
     assert len(exported["notion"]["pages"]) == 1
     assert [e["summary"] for e in exported["calendar"]["events"]] == ["Kickoff"]
 
-    fork = httpx.post(f"{url}/worlds/{a}/fork").json()
+    fork = httpx.post(f"{url}/worlds/{a}/fork", headers=ADMIN).json()
     assert state(url, fork["id"])["state_hash"] == s["state_hash"]
 
     b, token_b = create_world(url, seed=7)
     act(url, b, token_b)
     assert state(url, b)["state_hash"] == s["state_hash"]
 
-    httpx.post(f"{url}/worlds/{a}/restore", json={"snapshot_id": snap}).raise_for_status()
+    httpx.post(
+        f"{url}/worlds/{a}/restore", json={"snapshot_id": snap}, headers=ADMIN
+    ).raise_for_status()
     assert state(url, a)["state_hash"] != s["state_hash"]
     # the fork kept its own copy
     assert state(url, fork["id"])["state_hash"] == s["state_hash"]

@@ -21,6 +21,8 @@ from tests.helpers.servers import free_port
 from tests.tools.test_events import MiniScenario
 from tests.verifier.scripted_llm import scripted_llm
 
+TOOLS_KEY = "tools-admin-key-verifier-tests"  # management routes want one in every mode
+
 
 @pytest.fixture(scope="module")
 def tools_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -31,6 +33,7 @@ def tools_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         mp.setenv("K3STACK_DATA_DIR", str(tmp_path_factory.mktemp("tools")))
         mp.delenv("K3STACK_DATABASE_URL", raising=False)
         mp.setenv("K3STACK_AUTH_ENABLED", "false")
+        mp.setenv("K3STACK_TOOLS__API_KEY", TOOLS_KEY)
         mp.setitem(SCENARIOS, "test_mini", MiniScenario())
         get_settings.cache_clear()
         from services.tools.app import create_app
@@ -74,7 +77,7 @@ def _world(tools: ToolsClient, url: str, reply: str) -> str:
 def test_world_checks_agree_with_the_tools_service(
     tools_url: str, reply: str, polite: bool
 ) -> None:
-    with ToolsClient(tools_url) as tools, scripted_llm(polite_if_regards) as llm:
+    with ToolsClient(tools_url, api_key=TOOLS_KEY) as tools, scripted_llm(polite_if_regards) as llm:
         world_id = _world(tools, tools_url, reply)
         at = datetime.fromisoformat("2025-03-04T10:00:00+00:00")
         result = judge_world(
@@ -103,6 +106,6 @@ def test_world_checks_agree_with_the_tools_service(
 def test_unknown_world_is_reported_by_the_tools_service(tools_url: str) -> None:
     from shared.clients import ServiceError
 
-    with ToolsClient(tools_url) as tools, pytest.raises(ServiceError) as err:
+    with ToolsClient(tools_url, api_key=TOOLS_KEY) as tools, pytest.raises(ServiceError) as err:
         judge_world(WorldJudgeRequest(world_id="nope"), tools, None)
     assert err.value.status == 404

@@ -3,14 +3,16 @@ events and checks; plus the scenario catalogue."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import select
 
 from services.tools.context import WorldRoute, _aware
 from services.tools.events import engine
 from services.tools.models import EventRow, SnapshotRow, WorldRow
-from services.tools.scenarios import SCENARIOS, get_scenario
+from services.tools.scenarios import SCENARIOS, cache, get_scenario
+from services.tools.scenarios.base import Scenario
 from services.tools.worlds import service
+from shared.auth import require_admin_key
 from shared.contracts.tools import (
     MAX_ADVANCE,
     AdvanceBody,
@@ -34,8 +36,12 @@ from shared.contracts.tools import (
 from shared.db import ServiceDatabase
 from shared.errors import APIError, bad_request
 
-# WorldRoute: a clock advance or snapshot never races the same world's app calls.
-router = APIRouter(tags=["worlds"], route_class=WorldRoute)
+# WorldRoute: a clock advance or snapshot never races the same world's app calls. Every route
+# here wants the admin key in every mode: worlds hold the answers (oracle plans, checks, the
+# clock), and a world's agent token opens only that world's apps and MCP endpoint.
+router = APIRouter(
+    tags=["worlds"], route_class=WorldRoute, dependencies=[Depends(require_admin_key("tools"))]
+)
 
 
 def _db(request: Request) -> ServiceDatabase:
@@ -257,12 +263,17 @@ def list_scenarios() -> ScenarioList:
 
 @router.get("/scenarios/{name}", response_model=ScenarioInstance, operation_id="getScenario")
 def scenario_instance(name: str, seed: int = Query(0, ge=0, le=2**31 - 1)) -> ScenarioInstance:
-    """The scenario made concrete for ``seed``: setup, events, checks (what a world runs)."""
+    """The scenario made concrete for ``seed``: setup, events, checks (what a world runs);
+    built once per (scenario, seed)."""
+    sc = _scenario(name)
+    return cache.pages.get((name, id(sc), seed), lambda: sc.build(seed))
+
+
+def _scenario(name: str) -> Scenario:
     try:
-        sc = get_scenario(name)
+        return get_scenario(name)
     except KeyError as exc:
         raise APIError(404, "unknown_scenario", str(exc.args[0])) from None
-    return sc.build(seed)
 
 
 @router.get("/scenarios/{name}/oracle", response_model=OraclePlan, operation_id="getOraclePlan")
@@ -271,20 +282,23 @@ def oracle_plan(
 ) -> OraclePlan:
     """The scenario's oracle as MCP tool calls at simulated times, for ``seed``: replayed in
     order against a fresh world of this scenario and seed (advancing the clock to each
-    step's ``at``, then to ``end``), it passes every event. Computed by running the oracle in
-    a scratch world, which is deleted afterwards."""
-    try:
-        sc = get_scenario(name)
-    except KeyError as exc:
-        raise APIError(404, "unknown_scenario", str(exc.args[0])) from None
-    from services.tools.scenarios.drive import LocalDriver
-    from services.tools.scenarios.oracle import run_oracle
+    step's ``at``, then to ``end``), it passes every event. Computed once per (scenario,
+    seed) by running the oracle in a scratch world, which is deleted afterwards; this runs
+    in a worker thread and holds no lock another request waits on."""
+    sc = _scenario(name)
+    db = _db(request)
 
-    inst = sc.build(seed)
-    driver = LocalDriver.create(_db(request), name, seed)
-    try:
-        steps = run_oracle(driver, inst)
-    finally:
-        with _db(request).session() as s:
-            service.delete_world(s, driver.world_id)
-    return OraclePlan(scenario=name, seed=seed, end=inst.end, steps=steps)
+    def compute() -> OraclePlan:
+        from services.tools.scenarios.drive import LocalDriver
+        from services.tools.scenarios.oracle import run_oracle
+
+        inst = sc.build(seed)
+        driver = LocalDriver.create(db, name, seed)
+        try:
+            steps = run_oracle(driver, inst)
+        finally:
+            with db.session() as s:
+                service.delete_world(s, driver.world_id)
+        return OraclePlan(scenario=name, seed=seed, end=inst.end, steps=steps)
+
+    return cache.plans.get((name, id(sc), seed), compute)

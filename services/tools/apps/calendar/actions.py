@@ -25,9 +25,9 @@ from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from dateutil.rrule import rrulestr
 from sqlalchemy import select
 
+from services.tools.apps.calendar import recurrence as recurrence_set
 from services.tools.apps.calendar.errors import GoogleError, bad_request, not_found
 from services.tools.apps.calendar.models import CalendarEvent, CalendarMeta, CalendarRow
 from services.tools.context import WorldContext
@@ -38,6 +38,8 @@ DEFAULT_RESULTS = 250
 MAX_INSTANCES = 1000
 _EVENT_ID = re.compile(r"^[a-v0-9]{5,1024}$")
 _RESPONSES = ("needsAction", "declined", "tentative", "accepted")
+# What makes a row an exception (one edited instance of a recurring event), as Google shows it.
+_INSTANCE_FIELDS = ("recurringEventId", "originalStartTime")
 _EXTRA_FIELDS = (
     "colorId",
     "transparency",
@@ -391,78 +393,43 @@ def _when(value: Any, field: str, default_tz: str) -> tuple[dict[str, Any], date
 
 # --------------------------------------------------------------------------- recurrence
 
-_DAYS = {"MO": 0, "TU": 1, "WE": 2, "TH": 3, "FR": 4, "SA": 5, "SU": 6}
+
+def _rrule(recurrence: list[str] | None) -> bool:
+    return recurrence_set.has_rule(recurrence)
 
 
-def _rrule(recurrence: list[str] | None) -> dict[str, str] | None:
-    for line in recurrence or []:
-        if line.upper().startswith("RRULE:"):
-            parts = dict(p.split("=", 1) for p in line[6:].split(";") if "=" in p)
-            return {k.upper(): v.upper() for k, v in parts.items()}
-    return None
-
-
-def _validate_recurrence(recurrence: Any) -> list[str] | None:
-    if recurrence is None:
-        return None
-    if not isinstance(recurrence, list) or not all(isinstance(r, str) for r in recurrence):
-        raise bad_request("Invalid recurrence rule.")
-    rule = _rrule(recurrence)
-    if rule is None:
-        return recurrence or None
-    if rule.get("FREQ") not in ("DAILY", "WEEKLY", "MONTHLY", "YEARLY"):
-        raise bad_request(f"Invalid recurrence rule: FREQ={rule.get('FREQ')} is not supported.")
-    for key in ("COUNT", "INTERVAL"):
-        if key in rule and not rule[key].isdigit():
-            raise bad_request(f"Invalid recurrence rule: {key}.")
-    if "BYDAY" in rule and any(d[-2:] not in _DAYS for d in rule["BYDAY"].split(",")):
-        raise bad_request("Invalid recurrence rule: BYDAY.")
-    if "UNTIL" in rule:
-        _until(rule["UNTIL"])
-    return recurrence
-
-
-def _until(value: str) -> datetime:
+def _validate_recurrence(recurrence: Any, ev: CalendarEvent) -> list[str] | None:
+    """The lines as stored; any set Google would refuse (or that could not be listed) is a
+    400 here, so no stored event ever breaks a listing."""
     try:
-        if len(value) == 8:
-            return datetime.strptime(value, "%Y%m%d").replace(tzinfo=UTC) + timedelta(days=1)
-        return datetime.strptime(value.rstrip("Z"), "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
-    except ValueError:
-        raise bad_request("Invalid recurrence rule: UNTIL.") from None
+        return recurrence_set.validate(
+            recurrence, _utc(ev.start_at), _event_zone(ev), MAX_INSTANCES
+        )
+    except recurrence_set.RecurrenceError as exc:
+        raise bad_request(str(exc)) from None
 
 
-def _occurrences(ev: CalendarEvent, until: datetime) -> list[datetime]:
-    """Start instants (UTC) of a recurring event's instances, up to ``until``.
+def _occurrences(
+    ev: CalendarEvent, until: datetime, overridden: frozenset[str] | set[str] = frozenset()
+) -> list[datetime]:
+    """Start instants (UTC) of a recurring event's instances, up to ``until``, less those a
+    single-instance edit (an exception row, ``overridden``) replaced.
 
-    Expanded by python-dateutil's ``rrulestr`` in the event's own time zone, so a weekly
-    09:00 Europe/Berlin meeting stays at 09:00 Berlin time across both DST changes (RRULE,
-    RDATE, EXRULE and EXDATE lines all count)."""
+    Expanded in the event's own time zone, so a weekly 09:00 Europe/Berlin meeting stays at
+    09:00 Berlin time across both DST changes (RRULE, RDATE, EXRULE and EXDATE lines count)."""
     start = _utc(ev.start_at)
-    until = _utc(until)
-    lines = [
-        r
-        for r in ev.recurrence or []
-        if r.split(":", 1)[0].split(";", 1)[0].upper() in ("RRULE", "RDATE", "EXRULE", "EXDATE")
-    ]
-    if not any(r.upper().startswith("RRULE:") for r in lines):
-        return [start]
-    zone = _event_zone(ev)
-    local = start.astimezone(zone)
-    # dateutil wants UNTIL in UTC with an aware start, and naive with a naive one
-    aware = any(re.search(r"UNTIL=\d{8}T\d{6}Z", r.upper()) for r in lines)
-    dtstart = local if aware else local.replace(tzinfo=None)
     try:
-        rules = rrulestr("\n".join(lines), dtstart=dtstart, forceset=True, unfold=True)
-    except (ValueError, TypeError):
-        return [start]
-    out: list[datetime] = []
-    for at in rules:
-        at = at if at.tzinfo else at.replace(tzinfo=zone)
-        at = at.astimezone(UTC)
-        if at > until or len(out) >= MAX_INSTANCES:
-            break
-        out.append(at)
-    return out
+        starts = recurrence_set.expand(
+            ev.recurrence or [], start, _event_zone(ev), until=_utc(until), limit=MAX_INSTANCES
+        )
+    except recurrence_set.RecurrenceError:
+        # Unreachable for sets stored through insert (validated the same way); a row written
+        # by older code must not take the whole listing down.
+        starts = [start]
+    if not overridden:
+        return starts
+    all_day = "date" in (ev.start or {})
+    return [s for s in starts if _instance_id(ev, s, all_day) not in overridden]
 
 
 def _event_zone(ev: CalendarEvent) -> ZoneInfo | timezone:
@@ -596,8 +563,13 @@ def _apply(ev: CalendarEvent, body: dict[str, Any], cal: CalendarRow, *, full: b
     if "attendees" in body or full:
         ev.attendees = _attendees(body.get("attendees"), ev.organizer_email, ev.attendees or [])
     if "recurrence" in body or full:
-        ev.recurrence = _validate_recurrence(body.get("recurrence"))
-    extra = dict(ev.extra or {}) if not full else {}
+        if body.get("recurrence") and (ev.extra or {}).get("recurringEventId"):
+            raise bad_request("An instance of a recurring event cannot have a recurrence.")
+        ev.recurrence = _validate_recurrence(body.get("recurrence"), ev)
+    elif time_changed and ev.recurrence:
+        _validate_recurrence(ev.recurrence, ev)  # the same set from a new start
+    kept = {k: v for k, v in (ev.extra or {}).items() if k in _INSTANCE_FIELDS}
+    extra = dict(ev.extra or {}) if not full else kept
     for field in _EXTRA_FIELDS:
         if field in body:
             if body[field] is None:
@@ -615,6 +587,9 @@ def _event(
 ) -> tuple[CalendarEvent, dict[str, Any] | None]:
     """The event visible in ``cal`` (organised there, or inviting its owner); for an instance
     id, the master and the instance's start."""
+    own = _get(ctx, CalendarEvent, event_id) if event_id else None
+    if own is not None and _visible_in(own, cal):
+        return own, None  # a plain event, or an instance edited before (its exception row)
     base, _, suffix = (event_id or "").partition("_")
     ev = _get(ctx, CalendarEvent, base)
     if ev is None or not _visible_in(ev, cal):
@@ -660,6 +635,56 @@ def _instance_json(
         }
         body["originalStartTime"] = dict(body["start"])
     return body
+
+
+def _exceptions_of(ctx: WorldContext, master_id: str) -> list[CalendarEvent]:
+    rows = ctx.session.scalars(
+        select(CalendarEvent).where(
+            CalendarEvent.world_id == ctx.world_id, CalendarEvent.id.startswith(master_id + "_")
+        )
+    )
+    return [r for r in rows if (r.extra or {}).get("recurringEventId") == master_id]
+
+
+def overridden_instances(rows: Any) -> set[str]:
+    """Ids of the instances that exception rows replace (their master skips them)."""
+    return {r.id for r in rows if (r.extra or {}).get("recurringEventId")}
+
+
+def _exception(ctx: WorldContext, master: CalendarEvent, at: datetime) -> CalendarEvent:
+    """The row that stands for one instance from its first edit on (Google's exception):
+    the instance as it was, with ``recurringEventId`` and ``originalStartTime``; the master's
+    expansion skips its id from then on."""
+    view = _instance_json(ctx, master, at, master.organizer_email)
+    row = CalendarEvent(
+        world_id=ctx.world_id,
+        id=view["id"],
+        calendar_id=master.calendar_id,
+        status=master.status,
+        summary=master.summary,
+        description=master.description,
+        location=master.location,
+        start=view["start"],
+        end=view["end"],
+        start_at=at,
+        end_at=at + (master.end_at - master.start_at),
+        attendees=[dict(a) for a in master.attendees or []],
+        organizer_email=master.organizer_email,
+        creator_email=master.creator_email,
+        recurrence=None,
+        extra={
+            **(master.extra or {}),
+            "recurringEventId": master.id,
+            "originalStartTime": view["originalStartTime"],
+        },
+        created=master.created,
+        updated=ctx.now,
+        sequence=master.sequence,
+        seq=_next_seq(ctx),
+    )
+    ctx.session.add(row)
+    ctx.session.flush()
+    return row
 
 
 def insert_event(
@@ -754,9 +779,7 @@ def _modify(
         raise bad_request("Invalid event body.")
     ev, inst = _event(ctx, cal, event_id)
     if inst:
-        raise bad_request(
-            "Changing a single instance of a recurring event is not supported by this mock."
-        )
+        ev = _exception(ctx, ev, inst["at"])
     action = "events.update" if full else "events.patch"
     if ev.status == "cancelled" and body.get("status") in (None, "cancelled"):
         raise GoogleError(410, "deleted", "Resource has been deleted")
@@ -869,9 +892,7 @@ def delete_event(
     cal = _calendar(ctx, calendar_id, me=me)
     ev, inst = _event(ctx, cal, event_id)
     if inst:
-        raise bad_request(
-            "Deleting a single instance of a recurring event is not supported by this mock."
-        )
+        ev = _exception(ctx, ev, inst["at"])
     if ev.status == "cancelled":
         raise GoogleError(410, "deleted", "Resource has been deleted")
     if ev.organizer_email != me:
@@ -883,6 +904,8 @@ def delete_event(
     ev.status = "cancelled"
     ev.updated = ctx.now
     ev.sequence += 1
+    for row in _exceptions_of(ctx, ev.id):  # cancelling a series cancels its edited instances
+        row.status, row.updated = "cancelled", ctx.now
     ctx.record(
         APP,
         "events.delete",
@@ -962,6 +985,7 @@ def list_events(
         .order_by(CalendarEvent.seq)
     ).all()
     horizon = hi or (ctx.now + timedelta(days=730))
+    overridden = overridden_instances(rows)
     items: list[tuple[datetime, datetime, int, dict[str, Any]]] = []
     for ev in rows:
         if not _visible_in(ev, cal):
@@ -976,7 +1000,7 @@ def list_events(
         start = ev.start_at if ev.start_at.tzinfo else ev.start_at.replace(tzinfo=UTC)
         duration = ev.end_at - ev.start_at
         if ev.recurrence and _rrule(ev.recurrence):
-            starts = _occurrences(ev, horizon)
+            starts = _occurrences(ev, horizon, overridden)
             in_range = [s for s in starts if (not lo or s + duration > lo) and (not hi or s < hi)]
             if single_events:
                 for s in in_range:
@@ -1031,10 +1055,16 @@ def event_instances(
     horizon = hi or (_utc(ev.start_at) + timedelta(days=730))
     items = []
     if ev.recurrence and _rrule(ev.recurrence):
-        for s in _occurrences(ev, horizon):
-            if (lo and s + duration <= lo) or (hi and s >= hi):
-                continue
-            items.append(_instance_json(ctx, ev, s, me))
+        edited = {r.id: r for r in _exceptions_of(ctx, ev.id)}
+        found: list[tuple[datetime, dict[str, Any]]] = []
+        for s in _occurrences(ev, horizon, set(edited)):
+            if not ((lo and s + duration <= lo) or (hi and s >= hi)):
+                found.append((s, _instance_json(ctx, ev, s, me)))
+        for row in edited.values():
+            s, e = _utc(row.start_at), _utc(row.end_at)
+            if row.status != "cancelled" and not ((lo and e <= lo) or (hi and s >= hi)):
+                found.append((s, event_json(ctx, row, me)))
+        items = [body for _, body in sorted(found, key=lambda f: f[0])]
     else:
         items.append(event_json(ctx, ev, me))
     page, nxt = _page(items, page_token, max_results)
@@ -1075,6 +1105,9 @@ def free_busy(
             CalendarEvent.world_id == ctx.world_id, CalendarEvent.status != "cancelled"
         )
     ).all()
+    overridden = overridden_instances(
+        ctx.session.scalars(select(CalendarEvent).where(CalendarEvent.world_id == ctx.world_id))
+    )
     calendars: dict[str, Any] = {}
     for item in items:
         raw = item.get("id") if isinstance(item, dict) else None
@@ -1095,7 +1128,9 @@ def free_busy(
                     continue
             duration = ev.end_at - ev.start_at
             starts = (
-                _occurrences(ev, hi) if ev.recurrence and _rrule(ev.recurrence) else [ev.start_at]
+                _occurrences(ev, hi, overridden)
+                if ev.recurrence and _rrule(ev.recurrence)
+                else [ev.start_at]
             )
             for s in starts:
                 s = s if s.tzinfo else s.replace(tzinfo=UTC)

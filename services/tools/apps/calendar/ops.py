@@ -3,7 +3,7 @@ the agent put on its calendar), over ``services.tools.apps.calendar.actions``.""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -77,14 +77,16 @@ def has_event(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
 @predicate("calendar.no_overlap")
 def no_overlap(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     """Negative check: no two confirmed timed events on the agent's primary calendar overlap
-    (the assistant did not double-book)."""
+    (the assistant did not double-book); recurring events count with every instance up to
+    a day past the last single event (and at least 60 days past the clock)."""
     from services.tools.apps.calendar.models import CalendarEvent, CalendarMeta
 
+    actions = _a()
     meta = ctx.session.get(CalendarMeta, ctx.world_id)
     if meta is None:
         return Outcome(True, {})
-    spans = sorted(
-        (_aware(e.start_at), _aware(e.end_at), e.id)
+    rows = [
+        e
         for e in ctx.session.scalars(
             select(CalendarEvent).where(
                 CalendarEvent.world_id == ctx.world_id,
@@ -93,7 +95,21 @@ def no_overlap(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
             )
         )
         if e.start_at is not None and e.end_at is not None
+    ]
+    overridden = actions.overridden_instances(
+        ctx.session.scalars(select(CalendarEvent).where(CalendarEvent.world_id == ctx.world_id))
     )
+    until = max([ctx.now + timedelta(days=60), *(_aware(e.end_at) for e in rows)])
+    until += timedelta(days=1)
+    spans = []
+    for e in rows:
+        duration = _aware(e.end_at) - _aware(e.start_at)
+        if e.recurrence and actions._rrule(e.recurrence):
+            for i, at in enumerate(actions._occurrences(e, until, overridden)):
+                spans.append((at, at + duration, e.id if i == 0 else f"{e.id}@{at:%Y%m%dT%H%M}"))
+        else:
+            spans.append((_aware(e.start_at), _aware(e.end_at), e.id))
+    spans.sort()
     clashes, open_until, holder = [], None, None
     for start, end, ev_id in spans:
         if open_until is not None and start < open_until:

@@ -126,7 +126,7 @@ def approval(scene: Scene, i: int) -> None:
         trigger=Trigger(
             app="gmail",
             action="messages.send",
-            where={"thread_msgids": m1},
+            where={"thread_msgids": m1, "to": req.email},  # only mail that reached them
             since_event=e1,
             next_morning="09:00",
         ),
@@ -249,7 +249,7 @@ def approval(scene: Scene, i: int) -> None:
         trigger=Trigger(
             app="gmail",
             action="messages.send",
-            where={"thread_msgids": m1},
+            where={"thread_msgids": m1, "to": req.email},
             since_event=e4,
             next_morning="09:00",
         ),

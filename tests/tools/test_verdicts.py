@@ -1,0 +1,87 @@
+"""The verdict reader against a paraphrase suite: several hundred phrasings of both verdicts
+(negation, modal and refusal forms, "yes/no + reason"), each with distractor clauses around
+it, generated combinatorially; plus asks, questions, suppositions and contradictions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from services.tools.events.verdicts import verdicts
+
+APPROVE = [
+    "Approved.", "{x} is approved.", "I approve {x}.", "Happy to approve {x}.",
+    "Yes, {x} is fine.", "Yes — go ahead with {x}.", "Go ahead.", "You can go ahead with {x}.",
+    "Granted.", "{x} has been granted.", "Green light for {x}.", "I'm signing off on {x}.",
+    "Consider {x} signed off.", "Confirmed: {x} is OK.", "{x} looks good to me.",
+    "That's fine, please proceed.", "I'd approve {x}.", "I would go ahead with {x}.",
+    "Sure, {x} is okay.", "I'm not going to decline {x}.", "I won't reject {x}.",
+    "No objection here: {x} is approved.", "No problem, {x} is approved.",
+    "Absolutely, {x} is good to go.", "{x} is accepted.", "I have authorised {x}.",
+    "Of course, you have my approval for {x}.", "{x} is cleared.",
+    "We can go ahead with {x}.", "Yes. {x} fits the policy.",
+]  # fmt: skip
+DECLINE = [
+    "Declined.", "{x} is declined.", "I have to decline {x}.", "I'm rejecting {x}.",
+    "We cannot go ahead with {x}.", "I won't be approving {x}.", "Not granted.",
+    "I would not go ahead with {x}.", "No, {x} exceeds the maximum.", "No. {x} is over budget.",
+    "{x} is not approved.", "I can't approve {x}.", "Unfortunately {x} has been denied.",
+    "I'm afraid I must refuse {x}.", "Sorry, {x} can't be approved.",
+    "Approval for {x} isn't possible.", "{x} is not something I can sign off on.",
+    "We're turning {x} down.", "I don't approve {x}.", "I'm unable to approve {x}.",
+    "{x} won't be going ahead.", "I cannot grant the request.", "{x}: rejected.",
+    "We'll have to say no: {x} is declined.", "I'd decline {x}.", "I wouldn't approve {x}.",
+    "There's no way I can approve {x}.", "I have decided against approving {x}.",
+    "Nope, {x} is denied.", "{x} doesn't get my approval.",
+]  # fmt: skip
+SUBJECTS = ["LV-3011", "the request", "this"]
+FRAMES = [
+    "{v}",
+    "Thanks for sending this over. {v}",
+    "{v} Let me know if anything changes.",
+    "Hi Sam, I checked it against the 18 days policy. {v} Best, Ava",
+    "Sorry for the slow reply. {v} The figures are in the tracker.",
+    "No rush on the paperwork. {v}",
+]
+
+
+def _cases(templates: list[str], verdict: str) -> list[tuple[str, str]]:
+    out = []
+    for t, x, frame in itertools.product(templates, SUBJECTS, FRAMES):
+        v = t.format(x=x)
+        v = v[0].upper() + v[1:]
+        out.append((frame.format(v=v), verdict))
+    return out
+
+
+SUITE = _cases(APPROVE, "approve") + _cases(DECLINE, "decline")
+
+
+def test_the_suite_is_several_hundred_phrasings() -> None:
+    assert len(SUITE) >= 500 and len({t for t, _ in SUITE}) >= 500
+
+
+def test_every_paraphrase_reads_as_its_verdict() -> None:
+    wrong = [(t, v, sorted(verdicts(t))) for t, v in SUITE if verdicts(t) != {v}]
+    assert not wrong, f"{len(wrong)} of {len(SUITE)} misread, e.g. {wrong[:8]}"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Could you send the receipt first?", {"ask"}),
+        ("Can you clarify the dates before I decide?", {"ask"}),
+        ("Please share the signed contract.", {"ask"}),
+        ("Is LV-3011 approved?", set()),  # a question decides nothing
+        ("Should I approve this?", set()),
+        ("If it were under budget I would approve it.", set()),  # supposing only
+        ("If it were under budget I would approve, but it is not, so I decline.", {"decline"}),
+        ("Approved. Also declined.", {"approve", "decline"}),  # a contradiction shows
+        ("Approved, thanks. Could you confirm the dates?", {"approve", "ask"}),
+        ("Thanks, noted.", set()),
+        ("No worries, I will look at it tomorrow.", set()),
+    ],
+)
+def test_asks_questions_suppositions_and_contradictions(text: str, want: set[str]) -> None:
+    assert verdicts(text) == want
