@@ -136,6 +136,14 @@ class ResponseUsage(_Out):
     output_tokens_details: dict[str, int] = Field(default_factory=dict)
 
 
+class ResponseDeleted(BaseModel):
+    """The answer to ``DELETE /v1/responses/{id}`` (``client.responses.delete``)."""
+
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True
+
+
 class ResponseObject(_Out):
     id: str = Field(default_factory=lambda: new_id("resp"))
     object: Literal["response"] = "response"

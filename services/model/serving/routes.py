@@ -226,13 +226,14 @@ async def retrieve_response(response_id: str, request: Request) -> Any:
 
 @router.delete(
     "/v1/responses/{response_id}",
+    response_model=responses_api.ResponseDeleted,
     responses=_ERRORS,
     operation_id="deleteResponse",
 )
-async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
+async def delete_response(response_id: str, request: Request) -> responses_api.ResponseDeleted:
     """Forget a stored response (``client.responses.delete``)."""
     await stored.forget(stored.store_of(request), response_id)
-    return {"id": response_id, "object": "response", "deleted": True}
+    return responses_api.ResponseDeleted(id=response_id)
 
 
 _ANTHROPIC_ERRORS: dict[int | str, dict[str, Any]] = {
