@@ -19,6 +19,8 @@ import pytest
 from openapi_spec_validator import validate
 
 from shared.cli import group_alive
+from shared.queue import worker_groups
+from shared.settings import SERVICE_NAMES
 from tests.helpers.servers import free_port
 
 SERVICES = ("model", "sandbox", "tools", "verifier", "orchestrator")
@@ -84,7 +86,10 @@ def test_up_healthy_openapi_celery_down(stack_env):
 
     status = k3stack("status", "--json", env=env)
     rows = json.loads(status.stdout)["services"]
-    assert len(rows) == 10 and all(r["alive"] for r in rows)
+    # each service and its workers (the verifier's kernel queue has a worker of its own)
+    expected = len(SERVICE_NAMES) + sum(len(worker_groups(s)) for s in SERVICE_NAMES)
+    assert expected == 11
+    assert len(rows) == expected and all(r["alive"] for r in rows)
     assert {r["health"] for r in rows if not r["name"].endswith("worker")} == {"ok"}
 
     # One Celery round trip: the verifier queues a job, its worker runs it.
@@ -114,7 +119,7 @@ def test_up_healthy_openapi_celery_down(stack_env):
     pids = [r["pid"] for r in rows]
     down = k3stack("down", env=env)
     assert down.returncode == 0, down.stderr
-    assert "stopped 10 processes" in down.stdout
+    assert f"stopped {expected} processes" in down.stdout
     for pid in pids:
         assert not group_alive(pid), f"process group {pid} survived `k3stack down`"
     assert _processes_mentioning(env["K3STACK_DATA_DIR"]) == []
