@@ -181,3 +181,25 @@ def test_claude_code_fields_are_accepted(model_server):
         timeout=120,
     )  # fmt: skip
     assert r.status_code == 200, r.text
+
+
+def test_cut_custom_call_is_incomplete_and_its_input_unwrapped(model_server):
+    """Too few tokens for even the shortest patch: the answer says so (incomplete), and the
+    input so far is the raw text, a prefix of the grammar's forced start, not its JSON wrapper."""
+    tools = [
+        {
+            "type": "custom",
+            "name": "apply_patch",
+            "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_LARK},
+        }
+    ]
+    resp = oai(model_server.url).responses.create(
+        model="k3-tiny", input="Add a file.", tools=tools, reasoning={"effort": "none"},
+        tool_choice={"type": "custom", "name": "apply_patch"}, max_output_tokens=32,
+    )  # fmt: skip
+    assert resp.status == "incomplete", resp
+    assert resp.incomplete_details.reason == "max_output_tokens"
+    start = "*** Begin Patch\n*** Add File: "
+    calls = [item for item in resp.output if item.type == "custom_tool_call"]
+    assert calls and calls[-1].input, resp.output
+    assert start.startswith(calls[-1].input) or calls[-1].input.startswith(start), calls

@@ -10,7 +10,9 @@ tokens are left. :class:`BudgetedProcessor` wraps it with the request's token bu
   JSON string is ended, an open container closed, an optional element skipped). When that no
   longer leaves a margin, every later token is that closing step, so string arguments and JSON
   strings end early and the object closes within ``max_tokens``; while the margin is thin no new
-  optional element (an ``[open]``) starts. If even the shortest close cannot fit, the output is
+  optional element (an ``[open]``) starts. Inside a grammar's text (a custom tool's Lark or regex
+  input) the cheapest next token need not lead to an end (``*** Add File`` before ``*** End``
+  repeats forever), so there the way to the nearest end is searched (:func:`search_close`). If even the shortest close cannot fit, the output is
   cut, and the API says ``length`` with a ``truncated`` flag rather than repairing it;
 - **control characters** (bytes 0x00-0x1F) never go into a JSON string.
 """
@@ -36,6 +38,8 @@ MARGIN = 4
 NO_NEW_ELEMENT = 24
 #: At most this many steps are simulated to find the shortest close.
 MAX_CLOSE_STEPS = 512
+#: At most this many tokens are tried when searching a grammar's way to its end.
+MAX_SEARCH = 4000
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Vocab:
     control: torch.Tensor  # tokens with a byte 0x00-0x1F
     #: [k] -> whether a token ends a character needing k more bytes and leaves none unfinished
     finishes: tuple[torch.Tensor, ...]
+    ascii: tuple[int, ...] = ()  # one-byte printable (or tab / newline) tokens
     encode: Callable[[str], list[int]] = field(compare=False, repr=False, default=lambda s: [])
 
 
@@ -85,6 +90,11 @@ def vocab_of(tokenizer: Tokenizer) -> Vocab:
         finishes=tuple(
             torch.tensor([i in specials or _finishes(b, k) for i, b in enumerate(raw)])
             for k in range(4)
+        ),
+        ascii=tuple(
+            i
+            for i, b in enumerate(raw)
+            if i not in specials and len(b) == 1 and (0x20 <= b[0] < 0x7F or b in b"\t\n")
         ),
         encode=tokenizer.encode,
     )
@@ -172,19 +182,69 @@ def _allowed(bitmask: torch.Tensor, token: int) -> bool:
     return bool((int(bitmask[0, token // 32]) >> (token % 32)) & 1)
 
 
-def closing_step(
+def _ends(matcher: xgr.GrammarMatcher, mask: torch.Tensor, vocab: Vocab) -> bool:
+    """The grammar's text may end here (its element closes, or the output stops)."""
+    return matcher.is_terminated() or any(
+        _allowed(mask, t) for t in (vocab.close, vocab.end, vocab.sep)
+    )
+
+
+def search_close(matcher: xgr.GrammarMatcher, vocab: Vocab, never: set[int]) -> list[int]:
+    """The fewest one-byte tokens (and forced text's own first token) that take ``matcher`` to
+    where its text may end, found breadth first on forks; [] when not found within
+    :data:`MAX_SEARCH` tries. States with the same mask and forced text count as one."""
+    import xgrammar as xgr
+
+    size = len(vocab.token_bytes)
+    words = (size + 31) // 32
+    root = matcher.fork()
+    mask = xgr.allocate_token_bitmask(1, size)
+    root.fill_next_token_bitmask(mask)
+    if _ends(root, mask, vocab):
+        return []
+    seen = {(mask.numpy().tobytes(), root.find_jump_forward_string())}
+    frontier: list[tuple[xgr.GrammarMatcher, list[int], torch.Tensor]] = [(root, [], mask)]
+    tries = 0
+    while frontier and tries < MAX_SEARCH:
+        following = []
+        for node, path, node_mask in frontier:
+            forced = node.find_jump_forward_string()
+            first = vocab.encode(forced)[:1] if forced else []
+            for t in [*first, *vocab.ascii]:
+                if t in never or not _allowed(node_mask, t):
+                    continue
+                child = node.fork()
+                tries += 1
+                if not child.accept_token(t):
+                    continue
+                child_mask = xgr.allocate_token_bitmask(1, words * 32)
+                child.fill_next_token_bitmask(child_mask)
+                if _ends(child, child_mask, vocab):
+                    return [*path, t]
+                key = (child_mask.numpy().tobytes(), child.find_jump_forward_string())
+                if key not in seen:
+                    seen.add(key)
+                    following.append((child, [*path, t], child_mask))
+        frontier = following
+    return []
+
+
+def closing_path(
     matcher: xgr.GrammarMatcher, bitmask: torch.Tensor, scan: Scan, vocab: Vocab, never: set[int]
-) -> int | None:
-    """The next token of the shortest way to finish (``bitmask`` already filled for this
-    state), or None when the grammar allows nothing."""
+) -> list[int]:
+    """The next token(s) of the shortest way to finish (``bitmask`` already filled for this
+    state): one token, or inside a grammar's text the searched way to its end; [] when the
+    grammar allows nothing."""
+    if scan.header is None and not scan.json and (path := search_close(matcher, vocab, never)):
+        return path
     forced = matcher.find_jump_forward_string()
     if forced:  # the tokenizer's own (short) spelling of the forced text, when it fits
         ids = vocab.encode(forced)
         if ids and _allowed(bitmask, ids[0]) and ids[0] not in never:
-            return ids[0]
+            return ids[:1]
         jump = matcher.find_jump_forward_tokens()
         if jump:
-            return jump[0]
+            return jump[:1]
     prefs: list[int] = []
     if scan.json and scan.in_string:
         prefs.append(vocab.quote)
@@ -193,16 +253,24 @@ def closing_step(
     prefs += [vocab.close, vocab.end, vocab.sep, vocab.quote]
     for t in prefs:
         if t < bitmask.shape[1] * 32 and _allowed(bitmask, t) and t not in never:
-            return t
+            return [t]
     ids = torch.nonzero(
         (bitmask[0].unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1
     ).tolist()
     allowed = [w * 32 + b for w, b in ids]
     allowed = [t for t in allowed if t < len(vocab.token_bytes) and t not in never]
     if not allowed:
-        return None
+        return []
     plain = [t for t in allowed if t not in vocab.blank]
-    return (plain or allowed)[0]
+    return [(plain or allowed)[0]]
+
+
+def closing_step(
+    matcher: xgr.GrammarMatcher, bitmask: torch.Tensor, scan: Scan, vocab: Vocab, never: set[int]
+) -> int | None:
+    """The next token of the shortest way to finish, or None when the grammar allows nothing."""
+    path = closing_path(matcher, bitmask, scan, vocab, never)
+    return path[0] if path else None
 
 
 def closing_cost(
@@ -214,14 +282,19 @@ def closing_cost(
     fork = matcher.fork()
     scan = scan.copy()
     mask = xgr.allocate_token_bitmask(1, bitmask.shape[1] * 32)
-    for n in range(MAX_CLOSE_STEPS):
+    n = 0
+    while n < MAX_CLOSE_STEPS:
         if fork.is_terminated():
             return n
         fork.fill_next_token_bitmask(mask)
-        token = closing_step(fork, mask, scan, vocab, never)
-        if token is None or not fork.accept_token(token):
+        path = closing_path(fork, mask, scan, vocab, never)
+        if not path:
             return MAX_CLOSE_STEPS
-        scan.push(token, vocab)
+        for token in path:
+            if not fork.accept_token(token):
+                return MAX_CLOSE_STEPS
+            scan.push(token, vocab)
+        n += len(path)
     return MAX_CLOSE_STEPS
 
 
@@ -250,6 +323,7 @@ class BudgetedProcessor:
         self.scan = Scan(json_format=json_format)
         self._tail = b""  # an unfinished UTF-8 character at the end of the thought
         self._never = set(grammar.never.tolist()) if grammar is not None else set()
+        self._plan: list[int] = []  # the rest of a searched way to the grammar's end
 
     def set_max_tokens(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
@@ -303,12 +377,14 @@ class BudgetedProcessor:
                     if bool(torch.isfinite(others).any()):
                         logits[self.vocab.open] = float("-inf")
         if self.closing or out_of_thought:
-            token = closing_step(g.matcher, g.bitmask, self.scan, self.vocab, self._never)
-            if token is not None:
-                self._force(logits, token)
+            if not (self._plan and _allowed(g.bitmask, self._plan[0])):
+                self._plan = closing_path(g.matcher, g.bitmask, self.scan, self.vocab, self._never)
+            if self._plan:
+                self._force(logits, self._plan[0])
 
     def accept(self, token: int) -> None:
         self.num_tokens += 1
+        self._plan = self._plan[1:] if self._plan[:1] == [token] else []
         if self._think_close and token == self._think_close[0]:
             self._think_close.pop(0)
         if self.thinking:

@@ -363,18 +363,33 @@ def _call_item(
         )
     extra = {"namespace": tool.namespace} if tool.namespace else {}
     if tool.kind == "custom":
-        try:
-            raw = json.loads(arguments).get(INPUT_ARG, "") if arguments.strip() else ""
-        except (json.JSONDecodeError, AttributeError):
-            raw = arguments
         return ResponseItem(
             type="custom_tool_call", id=item_id, call_id=call_id, name=tool.name,
-            input=str(raw), **extra,
+            input=_custom_input(arguments), **extra,
         )  # fmt: skip
     return ResponseItem(
         type="function_call", id=item_id, call_id=call_id, name=tool.name, arguments=arguments,
         **extra,
     )  # fmt: skip
+
+
+def _custom_input(arguments: str) -> str:
+    """A custom call's raw input from its JSON wrapper ``{"input": "..."}``; a call cut by
+    max_tokens has an unclosed wrapper (left as generated), so its string so far is read."""
+    try:
+        whole = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        head = "{" + json.dumps(INPUT_ARG) + ': "'
+        if not arguments.startswith(head):
+            return arguments
+        body = arguments[len(head) :]
+        for end in range(len(body), max(-1, len(body) - 6), -1):  # drop a half escape
+            try:
+                return str(json.loads('"' + body[:end] + '"'))
+            except json.JSONDecodeError:
+                continue
+        return body
+    return str(whole.get(INPUT_ARG, "")) if isinstance(whole, dict) else arguments
 
 
 def from_chat(
