@@ -65,7 +65,11 @@ def test_first_request_is_accepted_and_matches_the_fixture(runs, preset):
     assert run.steps, f"{preset} made no model call: {run.stderr[-2000:]}"
     first = run.steps[0]
     assert first["api"] == ("messages" if preset == "claude-code-cli" else "responses")
-    assert all(step["status"] == 200 for step in run.steps), [s["status"] for s in run.steps]
+    assert first["status"] == 200, str(first.get("response"))[:600]
+    # Later requests carry the tiny model's random answers and may outgrow its 32K context:
+    # that, and only that, may be refused (a 400 naming the length, never a 5xx).
+    refused = [(s["status"], str(s.get("response"))[:600]) for s in run.steps if s["status"] != 200]
+    assert all(code == 400 and "context length" in body for code, body in refused), refused
     assert shape(first["request"]) == {
         k: v for k, v in json.loads(FIXTURE.read_text())[preset].items() if k != "skeleton"
     }
