@@ -22,6 +22,7 @@ from services.orchestrator.installed.catalog import AGENTS
 from shared.trajectory.atif import to_atif
 from tests.model.conftest import model_settings, running
 from tests.orchestrator.cli_capture import LONG_CONTEXT
+from tests.orchestrator.conftest import TOOLS_ADMIN
 
 pytestmark = pytest.mark.timeout(600)
 SCENARIO = "hr_onboarding"
@@ -92,4 +93,7 @@ def test_sigkill_mid_day_is_agent_crashed_and_releases_the_world(
     row = _row(orch_db, episode_id)
     assert (row.status, row.error_code) == ("failed", "agent_crashed"), row.error_message
     assert row.resources_released
-    assert httpx.get(f"{tools_url}/worlds/{row.world_id}/clock").status_code == 404
+    assert (
+        httpx.get(f"{tools_url}/worlds/{row.world_id}/clock", headers=TOOLS_ADMIN).status_code
+        == 404
+    )

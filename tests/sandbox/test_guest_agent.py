@@ -108,9 +108,10 @@ def test_background_process_and_kill(agent):
     def exists() -> bool:
         try:
             os.kill(r.pid, 0)
-        except ProcessLookupError:
+            stat = Path(f"/proc/{r.pid}/stat").read_text()
+        except (ProcessLookupError, FileNotFoundError):  # reaped between the two looks
             return False
-        return not Path(f"/proc/{r.pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+        return not stat.split(") ", 1)[1].startswith("Z")
 
     eventually(lambda: not exists(), what="the killed background process gone")
 
