@@ -16,25 +16,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import select
-
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow
 from services.orchestrator.rollouts.sample import segments_of
-from services.orchestrator.rollouts.service import version_spans
+from services.orchestrator.rollouts.service import samples_of, version_spans
 
 FORMATS = ("jsonl", "atif")
-
-
-def _samples(db: Any, rollout_id: str) -> list[SampleRow]:
-    with db.session() as s:
-        rows = s.scalars(
-            select(SampleRow)
-            .where(SampleRow.rollout_id == rollout_id)
-            .order_by(SampleRow.task_index, SampleRow.k)
-        ).all()
-        for r in rows:
-            s.expunge(r)
-        return list(rows)
 
 
 def sample_record(db: Any, row: SampleRow) -> dict[str, Any]:
@@ -133,7 +119,7 @@ def export_lines(db: Any, rollout_id: str, fmt: str) -> Iterator[str]:
         if roll is None:
             raise KeyError(rollout_id)
         version = str(roll.policy.get("version"))
-    for row in _samples(db, rollout_id):
+    for row in samples_of(db, rollout_id):
         if fmt == "jsonl":
             doc = sample_record(db, row)
         else:

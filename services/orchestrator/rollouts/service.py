@@ -145,11 +145,9 @@ def sample_view(db: Any, row: SampleRow) -> SampleView:
     )  # fmt: skip
 
 
-def rollout_view(db: Any, rollout_id: str) -> RolloutView | None:
+def samples_of(db: Any, rollout_id: str) -> list[SampleRow]:
+    """A rollout's samples, detached, in (task, k) order."""
     with db.session() as s:
-        roll = s.get(RolloutRow, rollout_id)
-        if roll is None:
-            return None
         rows = s.scalars(
             select(SampleRow)
             .where(SampleRow.rollout_id == rollout_id)
@@ -157,9 +155,18 @@ def rollout_view(db: Any, rollout_id: str) -> RolloutView | None:
         ).all()
         for r in rows:
             s.expunge(r)
+        return list(rows)
+
+
+def rollout_view(db: Any, rollout_id: str) -> RolloutView | None:
+    with db.session() as s:
+        roll = s.get(RolloutRow, rollout_id)
+        if roll is None:
+            return None
         policy = {k: v for k, v in roll.policy.items() if k != "lam"}
         out = dict(id=roll.id, iteration=roll.iteration, lam=roll.policy.get("lam", 1.0),
                    pause_iteration=roll.pause_iteration, policy=PolicyVersion(**policy))  # fmt: skip
+    rows = samples_of(db, rollout_id)  # its own session (one at a time on SQLite)
     samples = [sample_view(db, r) for r in rows]
     counts = Counter(v.phase for v in samples)
     return RolloutView(**out, counts=dict(counts), samples=samples)
