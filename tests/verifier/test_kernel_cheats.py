@@ -43,21 +43,24 @@ HIDDEN = [
     ("patched_equal", "patched_comparison"),
     ("input_view", "input_mutation"),
     ("mutates_input", "input_mutation"),
+    ("alias_input", "input_mutation"),
     # pointer-, shape- and value-keyed caches
     # (a returned cached tensor is all poison: the candidate's process overwrote it after the
-    # call that first returned it)
+    # call that first returned it; a cache keyed by part of the input answers a probe with one
+    # element changed with a stale output; one keyed by all of it never answers a timed call,
+    # every one being fresh, and shows by the memory it keeps)
     ("cache_pointer", "output_caching|uninitialized_output"),
     ("cache_shape", "output_caching|uninitialized_output"),
     ("cache_fingerprint", "output_caching|uninitialized_output"),
-    # ("cache_value_clone", "output_caching") is left out: a cache keyed by every input byte
-    # that hands back clones is caught only by the repeat-timing probe, and on the short timing
-    # runs here, on a loaded host, it is missed (scored 0.07 in a whole-suite run): an open gap
-    # of issue 25, with the candidate kept in candidates/softmax/cache_value_clone.py.
+    ("cache_value_clone", "output_caching"),
+    ("cache_sampled_hash", "output_caching"),
+    ("cache_shape_first", "output_caching"),
     ("graph_replay", "output_caching|uninitialized_output"),
     # work on other threads
     ("side_thread", "side_stream_or_thread"),
     ("hidden_thread", "side_stream_or_thread"),
     ("split_threads", "side_stream_or_thread"),
+    ("late_thread", "side_stream_or_thread"),
     # lowered precision, lazy outputs, outputs never written
     ("lowered_precision_hidden", "lowered_precision"),
     ("lazy_output", "lazy_output"),
@@ -85,19 +88,9 @@ def test_measurer_catches_every_attack_without_the_source_scan(name: str, detect
     named = set(detector.split("|")) & result.detector_names
     assert named, (result.reason, result.detectors)
     assert all(d in result.reason for d in named)
-
-
-@pytest.mark.slow
-def test_work_moved_off_the_clock_is_still_paid_for() -> None:
-    """The harness-clock attack does 200x the work; the measurer's clock sees all of it."""
-    result = verify_kernel(
-        "softmax",
-        candidate("softmax", "patched_harness_clock"),
-        timing_overrides=SHORT,
-        static_checks=False,
-    )
-    assert result.timings is not None
-    assert result.timings.candidate_s > 10 * result.timings.reference_s, result.timings
+    if name == "patched_harness_clock":  # 200x the work, moved off its own clock: all paid for
+        assert result.timings is not None
+        assert result.timings.candidate_s > 10 * result.timings.reference_s, result.timings
 
 
 @pytest.mark.slow

@@ -1,14 +1,19 @@
-"""The task format, its schema, the reward formula and the source checks, without a sandbox."""
+"""The task format, its schema, the reward formula, the source checks and the measurer's output
+judge, without a sandbox."""
 
 from __future__ import annotations
 
 import json
+import random
 
 import jsonschema
 import pytest
+import torch
 import yaml
 from pydantic import ValidationError
 
+from services.verifier.kernel.checks import OutputJudge
+from services.verifier.kernel.measure import Call, _change_one
 from services.verifier.kernel.reward import speed_reward
 from services.verifier.kernel.spec import (
     SCHEMA_PATH,
@@ -108,3 +113,55 @@ def test_static_checks_pass_every_expert() -> None:
         task = load_task(name)
         src = (task.directory / "expert.py").read_text()
         assert check_source(src, "expert.py", task.forbidden_calls) == [], name
+
+
+def _meta(t: torch.Tensor) -> dict:
+    t = t.contiguous()
+    return {"tensor": True, "exact": True, "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape), "stride": list(t.stride()),
+            "raw": t.reshape(-1).view(torch.uint8).numpy().tobytes()}  # fmt: skip
+
+
+def _call(kind: str, inputs: tuple, outputs: list) -> Call:
+    return Call("candidate", kind, {}, inputs=inputs, metas=[_meta(o) for o in outputs])
+
+
+def test_a_one_element_probe_changes_one_value_to_an_extreme_of_its_input() -> None:
+    x = torch.randn(8, 16)
+    (y,) = _change_one((x,), random.Random(3))
+    assert int((y != x).sum()) == 1
+    assert float(y.min()) >= float(x.min()) and float(y.max()) <= float(x.max())
+
+
+def test_a_stale_answer_to_a_one_element_probe_is_wrong_and_names_output_caching() -> None:
+    """By correctness, not time: the cached output is another input's answer."""
+    task = load_task("softmax")
+    judge = OutputJudge(task, _module(task, "reference"))
+    x = torch.randn(4, 32)
+    (y,) = _change_one((x,), random.Random(0))
+    assert judge.check(0, _call("trial", (x,), [judge.expected((x,))[0][0]]))
+    assert not judge.check(1, _call("one", (y,), [judge.expected((x,))[0][0]]))
+    assert [h.detector for h in judge.hits] == ["output_caching"], judge.hits
+
+
+def test_an_honest_output_a_one_element_probe_leaves_unchanged_is_not_a_cache() -> None:
+    """kda_step's query reaches ``out`` but not ``new_state``: that output repeats, rightly."""
+    task = load_task("kda_step")
+    ref = _module(task, "reference")
+    judge = OutputJudge(task, ref)
+    base = ref.make_inputs(torch.Generator().manual_seed(0), **task.shapes[0])
+    q = base[0].clone()
+    q.reshape(-1)[0] = q.max()
+    probe = (q, *base[1:])
+    assert judge.check(0, _call("trial", base, judge.expected(base)[0]))
+    assert judge.check(1, _call("one", probe, judge.expected(probe)[0]))
+    assert judge.hits == []
+
+
+def _module(task: KernelTask, name: str):  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"k3s_test_{name}", task.directory / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -56,7 +56,7 @@ def test_expert_of_every_task_passes_its_own_verifier(task: str) -> None:
     # speed against the reference is noise-bound at three samples; the ordering test has margins
     assert result.timings is not None and result.timings.roofline_s > 0
     phases = {c.phase for c in result.checks}
-    assert {"warmup", "trial", "timing", "pointer", "near", "repeat"} <= phases, phases
+    assert {"warmup", "trial", "timing", "pointer", "near", "one", "repeat"} <= phases, phases
     assert sum(c.phase == "trial" for c in result.checks) >= 5
 
 

@@ -130,15 +130,9 @@ def test_a_sandbox_creation_that_times_out_leaves_no_sandbox_behind(
     from services.verifier.web.verify import TAG_KEY
     from shared.settings import get_settings
 
-    for name, value in {
-        "K3STACK_DATA_DIR": str(tmp_path), "K3STACK_AUTH_ENABLED": "false",
-        "K3STACK_CELERY_EAGER": "true", "K3STACK_SANDBOX__URL": sandbox.base_url,
-        "K3STACK_VERIFIER__WEB_RUNTIME": "process", "K3STACK_VERIFIER__WEB_CREATE_TIMEOUT_S": "0.01",
-        "K3STACK_VERIFIER__WEB_ORPHAN_GRACE_S": "20",
-    }.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("K3STACK_DATABASE_URL", raising=False)
-    get_settings.cache_clear()
+    _verifier_env(
+        monkeypatch, sandbox, tmp_path, WEB_CREATE_TIMEOUT_S="0.01", WEB_ORPHAN_GRACE_S="20"
+    )
     from services.verifier.app import create_app
 
     files = {p.name: p.read_text() for p in (APPS / "correct").iterdir()}
@@ -152,3 +146,61 @@ def test_a_sandbox_creation_that_times_out_leaves_no_sandbox_behind(
     for _ in range(6):  # the service takes a second or two to finish the abandoned create
         assert sandbox.list(metadata=f"{TAG_KEY}=job-{job['id']}") == []
         time.sleep(1)
+
+
+def _verifier_env(
+    monkeypatch: pytest.MonkeyPatch, sandbox: SandboxClient, tmp_path: Path, **verifier: str
+) -> None:
+    """The verifier app's settings for an in-process, eager run against ``sandbox``."""
+    from shared.settings import get_settings
+
+    for name, value in {
+        "K3STACK_DATA_DIR": str(tmp_path), "K3STACK_AUTH_ENABLED": "false",
+        "K3STACK_CELERY_EAGER": "true", "K3STACK_SANDBOX__URL": sandbox.base_url,
+        "K3STACK_VERIFIER__WEB_RUNTIME": "process",
+        **{f"K3STACK_VERIFIER__{k}": v for k, v in verifier.items()},
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("K3STACK_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+
+
+BURN = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@pytest.mark.timeout(1500)
+def test_six_web_jobs_in_a_row_succeed_under_two_busy_cores_and_leave_no_sandbox(
+    sandbox: SandboxClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The acceptance of issue 25: two processes keep both cores busy (each ends by itself
+    within the test's timeout, and is killed at the end); every job succeeds with the correct
+    app's reward and, after each, the sandbox service holds no sandbox of it, nor any other."""
+    import subprocess
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from services.verifier.web.verify import TAG_KEY
+    from shared.settings import get_settings
+
+    _verifier_env(monkeypatch, sandbox, tmp_path)
+    from services.verifier.app import create_app
+
+    files = {p.name: p.read_text() for p in (APPS / "correct").iterdir()}
+    busy = [subprocess.Popen([sys.executable, "-c", BURN.format(s=1400)]) for _ in range(2)]
+    try:
+        with TestClient(create_app()) as c:
+            for i in range(6):
+                resp = c.post("/verify/web", json={"task": "counter_todo", "files": files})
+                assert resp.status_code == 202, resp.text
+                job = c.get(f"/jobs/{resp.json()['id']}").json()
+                assert all(p.poll() is None for p in busy), "the load ended before the jobs"
+                assert job["status"] == "succeeded", (i, job.get("error"))
+                assert job["result"]["reward"] > 0.9, (i, job["result"]["reason"])
+                assert sandbox.list(metadata=f"{TAG_KEY}=job-{job['id']}") == [], i
+                assert sandbox.list() == [], (i, [s.sandboxID for s in sandbox.list()])
+    finally:
+        get_settings.cache_clear()
+        for p in busy:
+            p.kill()
+            p.wait()

@@ -25,7 +25,7 @@ class DetectorHit(BaseModel):
 
 
 class CheckResult(BaseModel):
-    phase: str = Field(description="warmup, trial, timing or a probe: pointer, near, repeat.")
+    phase: str = Field(description="warmup, trial, timing or a probe: pointer, near, one, repeat.")
     seed: int
     shape: dict[str, int]
     ok: bool
@@ -152,17 +152,22 @@ class OutputJudge:
             except (ValueError, KeyError, TypeError) as exc:
                 problems.append(f"output {i}: {exc}")
                 continue
-            same_inputs = call.kind == "repeat"
-            if raw in self.seen and not same_inputs and raw:
+            # a "one" probe changed a single input element, which need not reach every output:
+            # there a repeat is evidence only when it is also wrong
+            earlier = self.seen.get(raw) if raw and call.kind != "repeat" else None
+            if earlier is not None and call.kind != "one":
                 self.flag(
                     "output_caching",
-                    f"{where}: output {i} repeats the output of call {self.seen[raw] + 1}",
+                    f"{where}: output {i} repeats the output of call {earlier + 1}",
                 )
             self.seen.setdefault(raw, index)
             low = low_precision_signature(got)
             if low:
                 self.flag("lowered_precision", f"{where}: output {i}: {low}")
             if not torch.allclose(got, ref, atol=tol.atol, rtol=tol.rtol, equal_nan=False):
+                if earlier is not None and call.kind == "one":
+                    self.flag("output_caching", f"{where}: one input element changed, yet output "
+                              f"{i} is call {earlier + 1}'s: a stale answer keyed by part of the input")  # fmt: skip
                 diff = (got.double() - ref.double()).abs()
                 problems.append(
                     f"output {i} differs from the reference (max abs {float(diff.nan_to_num(float('inf')).max()):.3e})"
