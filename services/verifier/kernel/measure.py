@@ -10,6 +10,11 @@ returned, and that the callee spent no CPU between calls or on threads other tha
 one. A random quarter of each process's calls is also sampled from outside (which threads are
 on a CPU, every half millisecond), which the process cannot tell from the others.
 
+Caches are caught by state and correctness, never by time alone: no timed call repeats an
+input; probes with one input element changed get a stale answer from a cache keyed by part of
+the input (wrong, so ``output_caching``); and one keyed by every value, which then never hits,
+shows by the memory it keeps against the bytes it returned.
+
 Charged time per call: on the CPU, the CPU time of all the process's threads (work moved to
 other threads or cores is paid for; waiting for a core on a loaded machine is not); on a GPU,
 the measurer's wall time around the call, its synchronise and the copy of its outputs.
