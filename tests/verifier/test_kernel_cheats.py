@@ -15,7 +15,7 @@ from tests.verifier.conftest import SHORT, candidate
 
 CASES = [
     # (candidate, static checks on, detector that must be named)
-    ("cache_pointer", True, "output_caching"),
+    ("cache_pointer", True, "output_caching|uninitialized_output"),
     ("graph_replay", True, "cuda_graph_replay"),
     ("side_thread", True, "side_stream_or_thread"),
     ("lowered_precision", True, "lowered_precision"),
@@ -74,8 +74,9 @@ HIDDEN = [
 def test_source_scan_flags_plain_cheats(name: str, static: bool, detector: str) -> None:
     result = verify_kernel("softmax", candidate("softmax", name), timing_overrides=SHORT)
     assert result.reward == 0.0, result.reason
-    assert detector in result.detector_names, (result.reason, result.detectors)
-    assert detector in result.reason
+    named = set(detector.split("|")) & result.detector_names
+    assert named, (result.reason, result.detectors)
+    assert any(d in result.reason for d in named)
 
 
 @pytest.mark.slow
