@@ -8,10 +8,14 @@ episode's recorder as one trajectory step: the request, the answer (JSON, or eve
 stream, passed through as it comes), the status, token ids and logprobs when the policy returned
 them, and the latency. An output budget caps ``max_tokens`` / ``max_output_tokens`` (the
 harness's ``budgets.max_output_tokens``), so a CLI asking for 32K tokens cannot outrun its day.
+A CLI that goes away (it timed out, or was killed) closes the upstream request at once, waiting
+for the answer's head or mid-stream, so the policy's server aborts the generation instead of
+computing for nobody; the step is recorded with ``client_gone``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -87,6 +91,37 @@ def _events(raw: bytes) -> list[Any]:
     return out
 
 
+class _ClientGone(Exception):
+    """The CLI disconnected before its answer was complete."""
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(watcher: asyncio.Future[None], work: Any) -> Any:
+    """Await ``work``, cancelling it (which closes its connection) once ``watcher`` saw the
+    client go."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when this await itself is cancelled (the server saw the client go)
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise _ClientGone
+    return task.result()
+
+
+async def _next_chunk(chunks: AsyncIterator[bytes]) -> bytes | None:
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
 def gateway_router(routes: Routes, transport: httpx.AsyncBaseTransport | None = None) -> APIRouter:
     router = APIRouter(tags=["gateway"])
 
@@ -130,9 +165,20 @@ def gateway_router(routes: Routes, transport: httpx.AsyncBaseTransport | None = 
             return _local(route, api, sent, step, started)
         client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600, connect=10))
         upstream = client.build_request("POST", url, json=sent, headers=_headers(request, route))
+        watcher = asyncio.ensure_future(_disconnected(request))
+
+        def gone() -> Response:
+            step.update(status=499, client_gone=True, latency_s=time.monotonic() - started)
+            route.record(step)
+            return Response(status_code=499)
+
         try:
-            r = await client.send(upstream, stream=True)
+            r = await _unless_gone(watcher, client.send(upstream, stream=True))
+        except _ClientGone:
+            await client.aclose()
+            return gone()
         except httpx.HTTPError as exc:
+            watcher.cancel()
             await client.aclose()
             step.update(status=502, error=str(exc), latency_s=time.monotonic() - started)
             route.record(step)
@@ -145,9 +191,14 @@ def gateway_router(routes: Routes, transport: httpx.AsyncBaseTransport | None = 
         }
 
         if "text/event-stream" not in kind:
-            content = await r.aread()
-            await r.aclose()
-            await client.aclose()
+            try:
+                content = await _unless_gone(watcher, r.aread())
+            except _ClientGone:
+                return gone()
+            finally:
+                watcher.cancel()
+                await r.aclose()
+                await client.aclose()
             try:
                 answer: Any = json.loads(content)
             except json.JSONDecodeError:
@@ -158,12 +209,17 @@ def gateway_router(routes: Routes, transport: httpx.AsyncBaseTransport | None = 
             return Response(content, r.status_code, media_type=kind or None, headers=passed)
 
         async def relay() -> AsyncIterator[bytes]:
-            seen = bytearray()
+            seen, chunks, finished = bytearray(), r.aiter_raw(), False
             try:
-                async for chunk in r.aiter_raw():
+                while (chunk := await _unless_gone(watcher, _next_chunk(chunks))) is not None:
                     seen += chunk
                     yield chunk
-            finally:
+                finished = True
+            except _ClientGone:
+                pass
+            finally:  # left early: the client went (seen here, or by the server: cancelled)
+                step["client_gone"] = not finished
+                watcher.cancel()
                 await r.aclose()
                 await client.aclose()
                 step.update(status=r.status_code, events=_events(bytes(seen)), headers=passed,

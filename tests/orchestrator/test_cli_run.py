@@ -5,6 +5,8 @@ the episode and ends with the per-event score table and the report's address."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -18,8 +20,10 @@ from tests.helpers.servers import _on_free_port, spawn
 from tests.orchestrator.conftest import REPO, service_env
 
 
-@pytest.mark.slow
-def test_k3stack_run_follows_an_oracle_episode(tools_url, tmp_path: Path, monkeypatch) -> None:
+@contextmanager
+def orchestrator_processes(tools_url: str, tmp_path: Path, monkeypatch) -> Iterator[str]:
+    """The orchestrator service and one Celery worker as processes (SQLite stores, the tools
+    service at ``tools_url``); the CLI's settings point at the service. Yields its URL."""
     env = service_env(
         tmp_path / "data",
         K3STACK_DATABASE_URL=f"sqlite:///{tmp_path}/orch.db",
@@ -41,17 +45,27 @@ def test_k3stack_run_follows_an_oracle_episode(tools_url, tmp_path: Path, monkey
 
         monkeypatch.setenv("K3STACK_ORCHESTRATOR__URL", api.url)
         get_settings.cache_clear()
-        app = typer.Typer()
-        app.command()(run)
-        result = CliRunner().invoke(
-            app,
-            ["--scenario", "finance_expenses", "--seed", "3", "--harness", "openclaw",
-             "--policy", "oracle", "--poll-s", "0.2"],
+        yield api.url
+
+
+def k3stack_run(*args: str):  # type: ignore[no-untyped-def]
+    """``k3stack run ARGS`` as a user types it, in this process."""
+    app = typer.Typer()
+    app.command()(run)
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.slow
+def test_k3stack_run_follows_an_oracle_episode(tools_url, tmp_path: Path, monkeypatch) -> None:
+    with orchestrator_processes(tools_url, tmp_path, monkeypatch) as api_url:
+        result = k3stack_run(
+            "--scenario", "finance_expenses", "--seed", "3", "--harness", "openclaw",
+            "--policy", "oracle", "--poll-s", "0.2",
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         assert "per-event score" in result.output and "reward 1.000" in result.output
         report_url = result.output.strip().splitlines()[-1].split("report: ", 1)[1]
         page = httpx.get(report_url, timeout=30)
         assert page.status_code == 200 and "Simulated day" in page.text
-        episodes = httpx.get(f"{api.url}/episodes", timeout=30).json()["episodes"]
+        episodes = httpx.get(f"{api_url}/episodes", timeout=30).json()["episodes"]
         assert [e["status"] for e in episodes] == ["succeeded"]

@@ -13,7 +13,7 @@ from services.orchestrator.episode.service import create_episode
 from services.orchestrator.harness.config import load_harness
 from services.orchestrator.installed.catalog import AGENTS
 from services.orchestrator.installed.compare import fidelity, table
-from shared.trajectory.atif import to_atif
+from shared.trajectory.atif import to_atif, validate_atif
 from tests.orchestrator.conftest import oracle_score
 
 pytestmark = pytest.mark.timeout(900)
@@ -43,7 +43,15 @@ def test_real_cli_driven_by_the_oracle_scores_every_event(orch_db, services, too
     calls = [x for x in doc["items"] if x["kind"] == "exchange" and x.get("oracle_call")]
     assert calls, "the CLI made no tool call the oracle asked for"
     atif = to_atif(to_shared(doc))
+    validate_atif(atif)
     assert atif["agent"]["version"] == AGENTS[preset].version
+    # each exchange an agent step; the oracle's calls there, answered by the CLI's tool results
+    agent_steps = [s for s in atif["steps"] if s["source"] == "agent"]
+    exchanges = [x for x in doc["items"] if x["kind"] == "exchange"]
+    assert len(agent_steps) == len(exchanges)
+    called = [c["function_name"] for s in agent_steps for c in s.get("tool_calls", [])]
+    assert len(called) == len(calls), (called, [x["oracle_call"] for x in calls])
+    assert sum(len(s.get("observation", {}).get("results", [])) for s in agent_steps) == len(called)
 
     # the fidelity table against the white-box preset it imitates (printed for the README)
     _, white_doc = _run(orch_db, services, load_harness(preset).based_on)

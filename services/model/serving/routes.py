@@ -113,13 +113,19 @@ async def _event_stream(
     agen: AsyncIterator[Any],
     line: Callable[[Any], str] = _sse_line,
     done: str | None = _sse_line("[DONE]"),
+    request: Request | None = None,
 ) -> StreamingResponse:
     """Start ``agen`` so request errors still answer 4xx, then stream it as server-sent events
-    (each item written by ``line``, then ``done``)."""
+    (each item written by ``line``, then ``done``). The first item may wait for the whole
+    prefill: a client that leaves meanwhile aborts it (``request`` watched for the disconnect)."""
     try:
-        first = await agen.__anext__()
+        start = agen.__anext__()
+        first = await (until_disconnect(request, start) if request is not None else start)
     except StopAsyncIteration:
         first = None
+    except ClientGone:
+        await agen.aclose()  # type: ignore[attr-defined]
+        raise
 
     async def body() -> AsyncIterator[str]:
         try:
@@ -158,7 +164,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     backend = _backend(request)
     backend.check_model(body.model)
     if body.stream:
-        return await _event_stream(backend.chat_stream(body))
+        return await _event_stream(backend.chat_stream(body), request=request)
     answer = await until_disconnect(request, backend.chat(body))
     data = answer.model_dump(mode="json", exclude_none=True)
     for choice in data.get("choices", []):
@@ -179,7 +185,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Any:
     backend = _backend(request)
     backend.check_model(body.model)
     if body.stream:
-        return await _event_stream(backend.completion_stream(body))
+        return await _event_stream(backend.completion_stream(body), request=request)
     return await until_disconnect(request, backend.completion(body))
 
 
@@ -205,7 +211,9 @@ async def create_response(body: responses_api.ResponsesRequest, request: Request
             body, backend.served_model_name, backend.chat_stream(chat), offered
         )
         events = stored.keep_streamed(store, body, conversation, events)
-        return _with_headers(await _event_stream(events, responses_api.sse, done=None), headers)
+        return _with_headers(
+            await _event_stream(events, responses_api.sse, done=None, request=request), headers
+        )
     answer = await until_disconnect(request, backend.chat(chat))
     response = responses_api.from_chat(body, answer, offered)
     await stored.keep(store, body, conversation, response.model_dump(mode="json"))
@@ -259,7 +267,9 @@ async def create_message(body: messages_api.MessagesRequest, request: Request) -
     headers = answer_headers(body.ignored_fields(), offered.warnings)
     if body.stream:
         events = messages_api.stream_events(backend.served_model_name, backend.chat_stream(chat))
-        return _with_headers(await _event_stream(events, messages_api.sse, done=None), headers)
+        return _with_headers(
+            await _event_stream(events, messages_api.sse, done=None, request=request), headers
+        )
     answer = await until_disconnect(request, backend.chat(chat))
     return _with_headers(messages_api.from_chat(answer), headers, exclude_none=False)
 

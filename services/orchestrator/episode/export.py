@@ -74,6 +74,7 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
     """The platform's versioned trajectory (``shared.trajectory``) from an episode's items:
     model calls with their observations and request options, compaction boundaries carrying
     the new context, the score as metadata and exit."""
+    from services.orchestrator.installed.exchanges import add_exchange
     from shared.chat import ChatMessage, ToolDefinition, Usage
     from shared.trajectory import EventResult, Generation, Trajectory
 
@@ -82,7 +83,7 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
     task = doc.get("task") or {}
     meta = traj.metadata
     meta.harness, meta.task, meta.seed = doc.get("harness"), task.get("scenario"), task.get("seed")
-    clock, errors = [], []
+    clock, errors, pending, runtime = [], [], set(), None
     for it in doc["items"]:
         kind, at = it["kind"], it["at"]
         if kind in ("system", "user"):
@@ -135,6 +136,10 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
             )
         elif kind == "agent":  # an installed agent: the real CLI and its version
             meta.harness, meta.harness_version = it["name"], it["version"]
+            runtime = it.get("runtime")
+        elif kind == "exchange":  # one model call of an installed agent, via the gateway
+            add_exchange(traj, it, pending)
+            meta.model = meta.model or traj.steps[-1].generation.model
         elif kind == "clock":
             clock.append({k: it.get(k) for k in ("from", "to", "day", "fired")})
         elif kind == "error":
@@ -146,7 +151,8 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
         for e in result.get("events") or []
     ]
     meta.extra = {"policy": doc.get("policy"), "clock": clock, "errors": errors,
-                  "state_hash": result.get("state_hash"), "full_hash": result.get("full_hash")}  # fmt: skip
+                  "state_hash": result.get("state_hash"), "full_hash": result.get("full_hash"),
+                  **({"agent_runtime": runtime} if runtime else {})}  # fmt: skip
     status = doc.get("status")
     if status in ("succeeded", "failed", "cancelled"):
         reason = (result or {}).get("exit_reason")

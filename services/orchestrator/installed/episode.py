@@ -273,12 +273,13 @@ class InstalledEpisode:
                 world.client.advance(world.id, to=world.end.isoformat())
             return None
         target = max(due[0], now)
-        fired = len(world.client.advance(world.id, to=target.isoformat()).fired)
+        # the event ids, as the white-box loop records them (the report marks each one's verdict)
+        fired = list(world.client.advance(world.id, to=target.isoformat()).fired)
         state["day"] = (target.date() - world.start.date()).days + 1
         self.r._emit("clock", {"from": now.isoformat(), "to": target.isoformat(),
                                "day": state["day"], "fired": fired})  # fmt: skip
         return (
-            f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {fired} new item(s) "
+            f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {len(fired)} new item(s) "
             "arrived. Check mail, chat and calendar and handle what needs handling."
         )
 

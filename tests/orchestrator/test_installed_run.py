@@ -1,0 +1,55 @@
+"""The acceptance command as a user runs it: ``k3stack run --scenario hr_onboarding --harness
+claude-code-cli --policy oracle`` against the orchestrator service and a Celery worker (processes,
+embedded stores), the real Claude Code binary driven by the gateway's oracle engine: every event
+scored, the real agent and its version in the ATIF export, the report written.
+
+Only Claude Code here: the same path for Codex runs in test_installed_oracle (in-process runner),
+and a second whole scenario through the command would double this test's minutes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.orchestrator.installed.catalog import AGENTS
+from shared.trajectory import Trajectory
+from shared.trajectory.atif import to_atif, validate_atif
+from tests.orchestrator.conftest import oracle_score
+from tests.orchestrator.test_cli_run import k3stack_run, orchestrator_processes
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+SCENARIO = "hr_onboarding"
+
+
+def test_k3stack_run_with_the_real_claude_code_scores_every_event(
+    tools_url, tmp_path: Path, monkeypatch
+) -> None:
+    agent = AGENTS["claude-code-cli"]
+    assert agent.installed(), "run scripts/setup_agents.sh"
+    with orchestrator_processes(tools_url, tmp_path, monkeypatch) as api_url:
+        result = k3stack_run(
+            "--scenario", SCENARIO, "--harness", "claude-code-cli", "--policy", "oracle",
+            "--poll-s", "1",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        passed, total = oracle_score(tools_url, SCENARIO, 0)
+        assert passed == total
+        assert f"reward 1.000 ({total}/{total} events)" in result.output, result.output
+        report_url = result.output.strip().splitlines()[-1].split("report: ", 1)[1]
+        page = httpx.get(report_url, timeout=30)
+        assert page.status_code == 200 and "Simulated day" in page.text, page.text[-2000:]
+        assert "agent CLI day" in page.text and "model call" in page.text
+        (episode,) = httpx.get(f"{api_url}/episodes", timeout=30).json()["episodes"]
+        assert episode["status"] == "succeeded"
+        raw = httpx.get(f"{api_url}/episodes/{episode['id']}/trajectory", timeout=60)
+        atif = to_atif(Trajectory.model_validate_json(raw.content))
+    validate_atif(atif)
+    assert atif["extra"]["k3stack"]["extra"]["agent_runtime"] == "host-process"
+    assert (atif["agent"]["name"], atif["agent"]["version"]) == (agent.name, agent.version)
+    calls = [c for s in atif["steps"] if s["source"] == "agent" for c in s.get("tool_calls", [])]
+    assert calls and all(c["function_name"].startswith("mcp__") for c in calls), calls
+    assert any(s.get("observation") for s in atif["steps"] if s["source"] == "agent")
+    written = tmp_path / "data" / "objects" / "orchestrator" / "episodes" / episode["id"]
+    assert (written / "report.html").is_file() and (written / "trajectory.json").is_file()
