@@ -260,7 +260,9 @@ def submit(
         "submissions.create",
         {
             "course_id": course.id,
+            "course_code": course.data["course_code"],
             "assignment_id": a.id,
+            "assignment": a.data["name"],
             "user_id": uid,
             "late": late,
             "text": body or url or "",
@@ -353,7 +355,14 @@ def grade(
                 "comments": [],
             },
         )
-    payload: dict[str, Any] = {"course_id": course.id, "assignment_id": a.id, "user_id": uid}
+    payload: dict[str, Any] = {
+        "course_id": course.id,
+        "course_code": course.data["course_code"],
+        "assignment_id": a.id,
+        "assignment": a.data["name"],
+        "user_id": uid,
+        "student": _get(ctx, "user", uid).data["email"],
+    }
     if posted_grade not in (None, ""):
         score = _score(str(posted_grade), float(a.data.get("points_possible") or 0))
         _touch(
@@ -368,7 +377,7 @@ def grade(
         _add_comment(ctx, row, agent_id(ctx) if ctx.actor == "agent" else uid, text_comment)
         payload["text"] = text_comment
         payload["recipients"] = [_get(ctx, "user", uid).data["email"]]
-    if len(payload) == 3:
+    if "score" not in payload and "text" not in payload:
         raise CanvasError(400, "send submission[posted_grade] or comment[text_comment]")
     _record(ctx, "submissions.grade", payload)
     return submission_json(row, a, uid)

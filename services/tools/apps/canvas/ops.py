@@ -76,13 +76,15 @@ def assignment(ctx: WorldContext, args: dict[str, Any], env: EffectEnv) -> None:
 
 @effect("canvas.submission")
 def submission(ctx: WorldContext, args: dict[str, Any], env: EffectEnv) -> None:
-    """A student hands in work (for a TA to grade)."""
-    _, coursework, _ = _m()
+    """A student hands in work (for a TA to grade); ``late: true`` marks it late."""
     c = course_by_code(ctx, args["course"])
     a = assignment_by_name(ctx, c, args["assignment"])
-    coursework.submit(
+    actions, coursework, _ = _m()
+    sub = coursework.submit(
         ctx, c.id, a.id, "online_text_entry", body=args["body"], user_id=_user(ctx, args["student"])
     )
+    if args.get("late"):  # handed in after a deadline that predates the scenario's clock
+        actions._touch(actions._get(ctx, "submission", sub["id"]), late=True)
 
 
 @effect("canvas.announcement")
