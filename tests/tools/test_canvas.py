@@ -181,6 +181,9 @@ def test_student_cannot_grade_and_bad_input_is_4xx(world: ToolsWorld):
         json={"submission": {"submission_type": "online_text_entry", "body": "a cat"}},
     )
     assert resp.status_code == 200, resp.text
+    assert not check(
+        world, "canvas.submitted", course="ART1", assignment="Sketch", excludes=["CAT"]
+    )
     assert check(
         world, "canvas.submitted", course="ART1", assignment="Sketch", contains="cat", on_time=True
     )

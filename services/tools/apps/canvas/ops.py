@@ -138,8 +138,8 @@ def _contains(text: str, wanted: Any) -> bool:
 
 @predicate("canvas.submitted")
 def submitted(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
-    """The agent's submission to ``course``/``assignment`` holds every ``contains`` string
-    (``max_count: 0``: it did not submit); ``on_time`` also requires it not late."""
+    """The agent's submission to ``course``/``assignment`` holds every ``contains`` string and
+    none of ``excludes`` (``max_count: 0``: it did not submit); ``on_time``: not late either."""
     actions, _, _ = _m()
     c = course_by_code(ctx, args["course"])
     a = assignment_by_name(ctx, c, args["assignment"])
@@ -147,7 +147,9 @@ def submitted(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     found = []
     if sub is not None and sub.data.get("submitted_at"):
         text = (sub.data.get("body") or "") + " " + (sub.data.get("url") or "")
-        if _contains(text, args.get("contains")) and not (args.get("on_time") and sub.data["late"]):
+        clean = not any(x in text.lower() for x in lower_all(args.get("excludes")))
+        on_time = not (args.get("on_time") and sub.data["late"])
+        if _contains(text, args.get("contains")) and clean and on_time:
             found.append(sub.id)
     detail = {"submission": None if sub is None else {"late": sub.data.get("late")}}
     return Outcome(_count(found, args), detail)

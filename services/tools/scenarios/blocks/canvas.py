@@ -48,7 +48,8 @@ def coursework(scene: Scene, i: int) -> None:
     code, name, teacher, _ = _course(scene, i, "StudentEnrollment")
     day = i % max(1, scene.spec.days - 3)
     hw = f"Problem set {i + 1}"
-    dataset = DATASETS[(i + g.integer(0, 5)) % len(DATASETS)]
+    offset = scene.facts.setdefault("dataset_offset", g.integer(0, len(DATASETS) - 1))
+    dataset = DATASETS[(i + offset) % len(DATASETS)]  # one per course, the others distractors
     section = f"L{g.integer(10, 99)}"
     due = scene.at(day + 1, 23)
     scene.canvas += [
@@ -91,6 +92,7 @@ def coursework(scene: Scene, i: int) -> None:
                 course=code,
                 assignment=hw,
                 contains=[dataset],
+                excludes=[d for d in DATASETS if d != dataset],
                 on_time=True,
             )
         ],
