@@ -1,7 +1,8 @@
 """The management half of the tools OpenAPI document, committed as ``openapi.yaml`` beside
 this file: worlds, clock, events, checks and scenarios (the routes other services call).
 
-The app routes mimic Gmail, Slack, Notion and Calendar and follow those APIs, so the drift
+The app routes mimic Gmail, Slack, Notion, Calendar and Canvas and follow those APIs (every app
+folder's segment is left out, so a new app needs no edit here), so the drift
 test (``tests/tools/test_api_contract.py``) guards only this half. Regenerate after a
 deliberate change with ``python -m services.tools.openapi_contract``.
 """
@@ -15,14 +16,20 @@ import yaml
 
 SPEC = Path(__file__).parent / "openapi.yaml"
 MANAGEMENT_PREFIXES = ("/worlds", "/scenarios")
-APP_SEGMENTS = ("gmail", "slack", "notion", "calendar", "mcp", "upload")
+NON_APP_SEGMENTS = ("mcp", "upload")  # the MCP endpoint and Google's media-upload paths
+
+
+def app_segments() -> tuple[str, ...]:
+    from services.tools.db import app_names
+
+    return (*app_names(), *NON_APP_SEGMENTS)
 
 
 def _is_management(path: str) -> bool:
     if not path.startswith(MANAGEMENT_PREFIXES):
         return False
     parts = path.strip("/").split("/")
-    return not (len(parts) >= 3 and parts[0] == "worlds" and parts[2] in APP_SEGMENTS)
+    return not (len(parts) >= 3 and parts[0] == "worlds" and parts[2] in app_segments())
 
 
 def _refs(node: Any, out: set[str]) -> None:

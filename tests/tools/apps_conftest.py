@@ -163,7 +163,10 @@ def service_server(tmp: Path) -> Iterator[tuple[FastAPI, str]]:
 def create_world(base_url: str, seed: int = 0) -> tuple[str, str]:
     """``POST /worlds`` on the real service: (world id, world token)."""
     body = httpx.post(
-        f"{base_url}/worlds", json={"scenario": "empty", "seed": seed}, headers=ADMIN
+        f"{base_url}/worlds",
+        json={"scenario": "empty", "seed": seed},
+        headers=ADMIN,
+        timeout=60,  # a new world runs every app's set-up; two busy cores can take seconds
     ).json()
     return body["id"], body["token"]
 

@@ -45,6 +45,14 @@ def mermaid(inst: ScenarioInstance) -> str:
     return "\n".join([*lines, "```"])
 
 
+def template(name: str) -> str:
+    """The scenario's block mix (its template), e.g. ``grading ×6, approval ×2, digest``."""
+    spec = getattr(SCENARIOS.get(name), "spec", None)
+    if spec is None:
+        return "written in Python"
+    return ", ".join(b.block + (f" ×{b.count}" if b.count > 1 else "") for b in spec.blocks)
+
+
 def page(inst: ScenarioInstance) -> str:
     triggered = sum(1 for e in inst.events if e.trigger)
     out = [
@@ -58,6 +66,8 @@ def page(inst: ScenarioInstance) -> str:
         f"{len(inst.events)} events ({triggered} triggered) from {inst.start:%a %d %b %H:%M} "
         f"to {inst.end:%a %d %b %H:%M} UTC (seed {inst.seed}; every seed draws a new cast, "
         "new figures and new outcomes on the same graph).",
+        "",
+        f"Template (its blocks): {template(inst.name)}.",
         "",
         "## Event graph",
         "",

@@ -106,6 +106,7 @@ class Scene:
         self.expected: dict[str, datetime | None] = {}
         self.facts: dict[str, Any] = {"refs": {}, "final": {}}
         self._refs: set[str] = set()
+        self.canvas: list[Effect] = []  # Canvas courses and coursework, after its set-up
 
     # --- cast and content ---------------------------------------------------------------
 
@@ -332,6 +333,9 @@ class Scene:
                 },
             ),
         ]
+        if self.canvas:
+            out.append(Effect(op="canvas.setup", args={"email": u.email, "name": u.name}))
+            out += self.canvas
         out += [Effect(op="calendar.add", args={"event": e}) for e in self.calendar]
         return out + self.old_mail
 

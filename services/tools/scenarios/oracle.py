@@ -4,7 +4,7 @@ Its steps are MCP tool calls (the same tools an agent gets from ``/worlds/{id}/m
 as each event fires. In a scenario instance the ids are symbolic; :func:`resolve` finds them
 in the live world with read-only tools (``{"$msg": Message-ID}`` → the Gmail id, ``{"$dm":
 email}`` → the DM channel, ``{"$db": title}``, ``{"$page": [db, title]}``, ``{"$event":
-summary}``). :func:`run_oracle` returns the concrete plan it executed — a list of
+summary}``, Canvas's ``{"$canvas_course": code}`` and kin). :func:`run_oracle` returns the concrete plan it executed — a list of
 :class:`~shared.contracts.tools.OracleStep` (simulated time, tool name, arguments) that a
 harness can replay against a fresh world of the same scenario and seed, with the same result
 (worlds are deterministic). ``GET /scenarios/{name}/oracle?seed=`` serves that plan.
@@ -64,7 +64,35 @@ def _lookup(driver: Driver, key: str, arg: Any) -> str:
         items = driver.call("search-events", {"query": arg})["items"]
         if items:
             return items[0]["id"]
+    elif key.startswith("$canvas_"):
+        found = _canvas_lookup(driver, key, arg)
+        if found is not None:
+            return found
     raise ToolFailed(f"oracle could not resolve {key} {arg!r}")
+
+
+def _canvas_lookup(driver: Driver, key: str, arg: Any) -> Any:
+    """Canvas ids by what a scenario names: a course code, ``[code, assignment name]``,
+    ``[code, email]`` for a course member, an inbox conversation's subject (the latest)."""
+    if key == "$canvas_course":
+        for c in driver.call("canvas_list_courses", {}):
+            if c["course_code"] == arg:
+                return c["id"]
+    elif key == "$canvas_assignment":
+        cid = _canvas_lookup(driver, "$canvas_course", arg[0])
+        for a in driver.call("canvas_list_assignments", {"course_id": cid}):
+            if a["name"] == arg[1]:
+                return a["id"]
+    elif key == "$canvas_user":
+        cid = _canvas_lookup(driver, "$canvas_course", arg[0])
+        for u in driver.call("canvas_list_users", {"course_id": cid}):
+            if u["email"] == arg[1].lower():
+                return u["id"]
+    elif key == "$canvas_conversation":
+        for c in driver.call("canvas_list_conversations", {}):
+            if c["subject"] == arg:
+                return c["id"]
+    return None
 
 
 def run_oracle(driver: Driver, inst: ScenarioInstance) -> list[OracleStep]:

@@ -19,6 +19,8 @@ committed to in that conversation, to exactly the right people, with values foun
 - ``confidential``: an outsider asks for a confidential figure (refuse, never leak it), an
   insider asks for it (answer), the outsider pushes for a range.
 - ``digest``: the week's wrap-up (exactly the requests that ended approved).
+- ``coursework`` / ``grading`` (Canvas): a student's submissions, lab section and exam dates;
+  a teaching assistant's grading under a late policy, an appeal and an announcement.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.tools.scenarios.blocks.approval import approval
+from services.tools.scenarios.blocks.canvas import coursework, grading
 from services.tools.scenarios.blocks.confidential import confidential
 from services.tools.scenarios.blocks.digest import ASSISTANT_WRITES, digest, finish
 from services.tools.scenarios.blocks.lookup import lookup
@@ -41,4 +44,6 @@ BLOCKS: dict[str, Callable[..., None]] = {
     "tracker": tracker,
     "confidential": confidential,
     "digest": digest,
+    "coursework": coursework,
+    "grading": grading,
 }

@@ -67,6 +67,8 @@ ASSISTANT_WRITES: dict[str, list[str]] = {
     "calendar_meta": ["update"],
     "notion_pages": ["insert", "update"],
     "notion_meta": ["update"],
+    "canvas_objects": ["insert", "update"],  # submissions, grades, messages, events
+    "canvas_meta": ["update"],
 }
 
 
