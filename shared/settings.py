@@ -147,6 +147,12 @@ class ModelSettings(ServiceSettings):
     host_tier_bytes: int = Field(
         0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
     )
+    checkpoint_slab_bytes: int = Field(
+        32 << 20,
+        ge=0,
+        description="Memory for the prefix cache's KDA checkpoints, apart from the pool: slots "
+        "of one request's KDA state each (not pool pages), at least one.",
+    )
     response_store_items: int = Field(
         10000,
         ge=0,

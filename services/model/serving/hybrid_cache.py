@@ -10,7 +10,8 @@ filled it, or a copy-on-write copied it), so the page of the deepest matched end
 to read.
 
 KDA keeps one recurrent state per request, so a prefix is reusable only where a state snapshot
-(a *checkpoint*: one read-only page per KDA group) was taken. After every forward the state at a
+(a *checkpoint*: one read-only slot of a :class:`~.checkpoint_slab.CheckpointSlab`, sized to the
+state, not a pool page) was taken. After every forward the state at a
 hash-aligned end is snapshotted; a request's previous intermediate snapshot is recycled when a
 newer one supersedes it, while snapshots at turn boundaries (``turn_end_ids`` from the chat
 template; the hash endpoint at or before the boundary) are retained, and the scheduler ends
@@ -19,12 +20,14 @@ request's private KDA pages; snapshots are never written.
 
 Lookup has two stages: MLA walks pages by the hash at each page end and, at the first page not
 wholly matched, the endpoints inside it; KDA then takes the deepest hash boundary within that
-range holding a checkpoint (present in every group, since a checkpoint's group pages live and
-die together). Consistency: hit pages are pinned (referenced) before anything is allocated;
-entries registered during the current scheduling step are not matched until the next one;
-evicting a checkpoint frees all its group pages at once. Eviction is LRU over entries, touching
-only those a hit used; with ``host_tier_bytes`` an evicted checkpoint is written back to host
-memory together with its MLA pages (same lifetime) and a later hit prefetches it.
+range holding a checkpoint (one slot holds every KDA group). Consistency: hit pages are pinned
+(referenced) before anything is allocated, and a hit's slot is copied out before anything is;
+entries registered during the current scheduling step are not matched until the next one.
+Eviction is LRU over entries, touching only those a hit used, in two independent spaces: a
+short pool evicts MLA pages (and the checkpoints that only those pages made reachable), a full
+slab evicts checkpoints (intermediate before retained). With ``host_tier_bytes`` an evicted
+checkpoint is written back to host memory together with its MLA pages (same lifetime) and a
+later hit prefetches it.
 
 Exactness: a hit must compute what an uncached prefill computes, to the bit. So only prompt
 tokens are cached (a generated token's state came from the decode kernels, which round
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from services.model.serving.checkpoint_slab import DEFAULT_SLAB_BYTES, CheckpointSlab, SlabFull
 from services.model.serving.pool import PagedPool, PagedState, PoolExhausted
 
 __all__ = ["CacheStats", "HybridPrefixCache"]
@@ -95,7 +99,7 @@ class _Endpoint:
 class _Checkpoint:
     key: int
     end: int
-    pages: list[int]  # one per KDA group
+    slot: int  # in the cache's CheckpointSlab
     step: int
     retained: bool = False
     hashes: list[int] = field(default_factory=list)  # chain hashes up to ``end`` (host tier)
@@ -105,7 +109,7 @@ class _Checkpoint:
 class _HostEntry:
     end: int
     hashes: list[int]
-    kda: torch.Tensor  # [groups, page_bytes]
+    kda: torch.Tensor  # [slot_bytes]
     mla: torch.Tensor  # [pages, page_bytes]
 
     @property
@@ -134,12 +138,14 @@ class HybridPrefixCache:
         hash_block: int = 512,
         turn_end_ids: Iterable[int] = (),
         host_tier_bytes: int = 0,
+        slab_bytes: int = DEFAULT_SLAB_BYTES,
     ) -> None:
         if hash_block <= 0 or pool.page_tokens % hash_block:
             raise ValueError(
                 f"page_tokens ({pool.page_tokens}) must be a multiple of hash_block ({hash_block})"
             )
         self.pool = pool
+        self.slab = CheckpointSlab.for_bytes(pool, slab_bytes)
         self.block = hash_block
         self.checkpoint_interval = hash_block
         self.turn_end_ids = frozenset(turn_end_ids)
@@ -153,6 +159,7 @@ class HybridPrefixCache:
         self._host: OrderedDict[int, _HostEntry] = OrderedDict()
         self._live: dict[int, _Track] = {}
         pool.reclaim = self.evict
+        self.slab.reclaim = self.evict_checkpoints
 
     # ----- gauges --------------------------------------------------------------------------
     @property
@@ -161,7 +168,7 @@ class HybridPrefixCache:
 
     @property
     def checkpoint_bytes(self) -> int:
-        return sum(len(c.pages) for c in self._ckpts.values()) * self.pool.page_bytes
+        return len(self._ckpts) * self.slab.slot_bytes
 
     @property
     def host_bytes(self) -> int:
@@ -215,18 +222,16 @@ class HybridPrefixCache:
         if host is not None:
             hit, pages, ck = host
             matched = max(matched, hit)
+        elif self._host:  # a prefetch that did not fit may have evicted the device hit
+            hit, matched, pages, ck = self.lookup(token_ids)
         self.stats.recomputed_tokens += max(0, matched - hit)
         if ck is None:
             return 0
-        # Pin every hit page (MLA and KDA) before anything else can allocate or evict.
-        for p in (*pages, *ck.pages):
+        # Pin every hit page before anything else can allocate or evict; nothing allocates
+        # between here and the copy out of the slot.
+        for p in pages:
             self.pool.ref(p)
-        try:
-            for g, p in enumerate(ck.pages):
-                self.pool.copy_page(p, state.kda_pages[g])
-        finally:
-            for p in ck.pages:
-                self.pool.unref(p)
+        self.slab.restore(ck.slot, state.kda_pages)
         state.block_table = list(pages)  # the pins become the request's references
         state.num_tokens = hit
         for p in pages:  # refresh only what this hit used
@@ -289,21 +294,22 @@ class HybridPrefixCache:
         tr.last_block = n // b
         if key in self._ckpts:  # someone already holds this state
             self._ckpts[key].retained |= retained
-        else:
-            try:
-                pages = self.pool.take(len(state.kda_pages))
-            except PoolExhausted:
-                return  # no room for a snapshot now; the request still progresses
-            for src, dst in zip(state.kda_pages, pages, strict=True):
-                self.pool.copy_page(src, dst)
-            ck = _Checkpoint(key, n, pages, self.step, retained, list(tr.hashes[: n // b]))
-            self._ckpts[key] = ck
-            self._touch(("ckpt", key))
-            self.stats.checkpoints_taken += 1
-            if tr.own is not None and not tr.own.retained and tr.own.key in self._ckpts:
-                self._drop_checkpoint(tr.own)  # superseded intermediate: recycle
-                self.stats.checkpoints_recycled += 1
-            tr.own = None if retained else ck
+            return
+        own = tr.own
+        if own is not None and not own.retained and self._ckpts.get(own.key) is own:
+            self._drop_checkpoint(own)  # superseded intermediate: recycle its slot first
+            self.stats.checkpoints_recycled += 1
+        tr.own = None
+        try:
+            slot = self.slab.take()
+        except SlabFull:
+            return  # no room for a snapshot now; the request still progresses
+        self.slab.save(state.kda_pages, slot)
+        ck = _Checkpoint(key, n, slot, self.step, retained, list(tr.hashes[: n // b]))
+        self._ckpts[key] = ck
+        self._touch(("ckpt", key))
+        self.stats.checkpoints_taken += 1
+        tr.own = None if retained else ck
 
     def on_finished(self, token_ids: Sequence[int], state: PagedState) -> None:
         """The request ends (or is preempted); its latest checkpoint stays for follow-ups."""
@@ -314,55 +320,58 @@ class HybridPrefixCache:
         self._lru[node] = None
         self._lru.move_to_end(node)
 
-    def _evictable(self, node: tuple[str, int]) -> bool:
-        kind, ident = node
-        if kind == "page":
-            return self.pool.refs[ident] == 1
-        ck = self._ckpts[ident]
-        return all(self.pool.refs[p] == 1 for p in ck.pages)
-
     def evict(self, num_pages: int) -> int:
-        """Free at least ``num_pages`` pages held only by the cache, LRU first; returns freed.
+        """Free at least ``num_pages`` pool pages held only by the cache, LRU first; returns freed.
 
-        Intermediate checkpoints go before retained ones; pages a running request (or a hit
-        being restored) references are never candidates.
+        Pages a running request (or a hit being restored) references are never candidates.
+        Checkpoints hold no pages, so only MLA pages go (with the checkpoints they made
+        reachable, see :meth:`_drop_page`).
         """
         freed = 0
-        for want_retained in (False, True):
-            for node in list(self._lru):
-                if freed >= num_pages:
-                    return freed
-                kind, ident = node
-                if kind == "ckpt" and self._ckpts[ident].retained != want_retained:
-                    continue
-                if not self._evictable(node):
-                    continue
-                if kind == "ckpt":
-                    ck = self._ckpts[ident]
-                    self._write_back(ck)
-                    freed += len(ck.pages)
-                    self._drop_checkpoint(ck)
-                    self.stats.evicted_checkpoints += 1
-                elif want_retained:  # MLA pages only once no intermediate state is left
-                    freed += 1
-                    self._drop_page(ident)
-                    self.stats.evicted_pages += 1
+        for kind, ident in list(self._lru):
+            if freed >= num_pages:
+                break
+            if kind == "page" and self.pool.refs[ident] == 1:
+                self._drop_page(ident)
+                freed += 1
+                self.stats.evicted_pages += 1
         return freed
 
-    def evict_group_page(self, page: int) -> None:
-        """Evict the checkpoint one of whose group pages is ``page``: all groups go together."""
-        for ck in list(self._ckpts.values()):
-            if page in ck.pages:
-                self._drop_checkpoint(ck)
-                self.stats.evicted_checkpoints += 1
+    def evict_checkpoints(self, num_slots: int) -> int:
+        """Free at least ``num_slots`` slab slots, LRU first, intermediate before retained."""
+        freed = 0
+        for want_retained in (False, True):
+            for kind, ident in list(self._lru):
+                if freed >= num_slots:
+                    return freed
+                if kind != "ckpt" or self._ckpts[ident].retained != want_retained:
+                    continue
+                self._evict_checkpoint(self._ckpts[ident])
+                freed += 1
+        return freed
+
+    def _evict_checkpoint(self, ck: _Checkpoint) -> None:
+        self._write_back(ck)
+        self._drop_checkpoint(ck)
+        self.stats.evicted_checkpoints += 1
 
     def _drop_checkpoint(self, ck: _Checkpoint) -> None:
         del self._ckpts[ck.key]
         self._lru.pop(("ckpt", ck.key), None)
-        for p in ck.pages:
-            self.pool.unref(p)
+        self.slab.free(ck.slot)
+
+    def _anchors(self, hashes: list[int]) -> list[int]:
+        """The endpoint hashes whose pages hold the prefix ``hashes`` chain (one per page)."""
+        per_page, n = self.pool.page_tokens // self.block, len(hashes)
+        return [hashes[min((k + 1) * per_page, n) - 1] for k in range(-(-n // per_page))]
 
     def _drop_page(self, page: int) -> None:
+        """Evict an MLA page. A checkpoint whose prefix resolves through it can no longer be
+        matched (short of a deeper endpoint of the same tokens), so it goes too, written back
+        first while its MLA prefix is still on the device: slots follow their pages."""
+        keys = set(self._page_keys[page])
+        for ck in [c for c in self._ckpts.values() if keys.intersection(self._anchors(c.hashes))]:
+            self._evict_checkpoint(ck)
         for h in self._page_keys.pop(page):
             del self._endpoints[h]
         self._lru.pop(("page", page), None)
@@ -380,7 +389,7 @@ class HybridPrefixCache:
         entry = _HostEntry(
             ck.end,
             list(ck.hashes),
-            st[ck.pages].to("cpu", copy=True),
+            self.slab.storage[ck.slot].to("cpu", copy=True),
             st[pages].to("cpu", copy=True) if pages else st[:0].cpu(),
         )
         self._host[ck.key] = entry
@@ -391,15 +400,8 @@ class HybridPrefixCache:
 
     def _pages_for(self, hashes: list[int]) -> list[int] | None:
         """The device pages holding the prefix that ``hashes`` chain, or None if any is gone."""
-        per_page = self.pool.page_tokens // self.block
-        out = []
-        for k in range(-(-len(hashes) // per_page)):
-            i = min((k + 1) * per_page, len(hashes)) - 1
-            e = self._endpoints.get(hashes[i])
-            if e is None:
-                return None
-            out.append(e.page)
-        return out
+        ends = [self._endpoints.get(h) for h in self._anchors(hashes)]
+        return None if None in ends else [e.page for e in ends]
 
     def _host_lookup(
         self, token_ids: Sequence[int], device_hit: int
@@ -410,22 +412,30 @@ class HybridPrefixCache:
         b = self.block
         hashes = chain_hashes(token_ids, b, (len(token_ids) - 1) // b, [])
         for blocks in range(len(hashes), device_hit // b, -1):
-            entry = self._host.get(hashes[blocks - 1])
+            key = hashes[blocks - 1]
+            entry = self._host.pop(key, None)  # out first: evictions below write back
             if entry is None:
                 continue
+            if key in self._ckpts:  # the same state on the device, not yet matchable
+                self._drop_checkpoint(self._ckpts[key])
             try:
-                pages = self.pool.take(entry.kda.shape[0] + entry.mla.shape[0])
-            except PoolExhausted:
+                slot = self.slab.take()
+            except SlabFull:
+                self._host[key] = entry
                 return None
-            kda, mla = pages[: entry.kda.shape[0]], pages[entry.kda.shape[0] :]
-            st = self.pool.storage
-            st[kda] = entry.kda.to(st.device)
+            try:
+                mla = self.pool.take(entry.mla.shape[0])
+            except PoolExhausted:
+                self.slab.free(slot)
+                self._host[key] = entry
+                return None
+            self.slab.storage[slot] = entry.kda.to(self.slab.storage.device)
             if mla:
+                st = self.pool.storage
                 st[mla] = entry.mla.to(st.device)
-            del self._host[hashes[blocks - 1]]
             self.stats.host_hits += 1
             self.stats.host_read_bytes += entry.nbytes
-            ck = _Checkpoint(entry.hashes[-1], entry.end, kda, -1, False, entry.hashes)
+            ck = _Checkpoint(key, entry.end, slot, -1, False, entry.hashes)
             self._ckpts[ck.key] = ck
             self._touch(("ckpt", ck.key))
             per_page = self.pool.page_tokens // b
@@ -447,5 +457,5 @@ class HybridPrefixCache:
         for page, keys in self._page_keys.items():
             assert self.pool.refs[page] >= 1, f"cached page {page} is free"
             assert all(self._endpoints[h].page == page for h in keys)
-        for ck in self._ckpts.values():
-            assert all(self.pool.refs[p] >= 1 for p in ck.pages)
+        self.slab.check_invariants([ck.slot for ck in self._ckpts.values()])
+        assert set(self._ckpts) == {i for kind, i in self._lru if kind == "ckpt"}

@@ -45,7 +45,7 @@ PREFIX_CACHE_METRICS = {
     "prefix_cache_hit_rate": "Hit tokens over looked-up tokens since start.",
     "prefix_cache_recomputed_tokens": "Tokens with cached KV recomputed for want of a KDA state.",
     "prefix_cache_checkpoints": "KDA checkpoints held.",
-    "prefix_cache_checkpoint_bytes": "Bytes of pool pages the KDA checkpoints hold.",
+    "prefix_cache_checkpoint_bytes": "Bytes of checkpoint-slab slots the KDA checkpoints hold.",
     "prefix_cache_evicted_pages": "MLA pages evicted since start.",
     "prefix_cache_evicted_checkpoints": "KDA checkpoints evicted since start.",
     "prefix_cache_host_write_bytes": "Bytes written back to the host tier since start.",

@@ -50,6 +50,7 @@ def _reference(s: ModelSettings) -> Backend:
                 hash_block=s.hash_block_tokens,
                 turn_end_ids=[tokenizer.special_id(END_OF_MSG)],
                 host_tier_bytes=s.host_tier_bytes,
+                slab_bytes=s.checkpoint_slab_bytes,
             )
         if runner.vocab_size < tokenizer.vocab_size:
             raise ValueError(
