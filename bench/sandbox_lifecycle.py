@@ -45,6 +45,7 @@ from services.sandbox.runtime.microvm import MicroVMRuntime
 from services.sandbox.runtime.microvm.launch import qemu_cmdline, short_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
 from shared.objectstore import LocalObjectStore
+from shared.settings import SandboxSettings
 
 STATE = "/home/user/bench-state"
 CAT = ExecRequest(argv=["cat", STATE])
@@ -229,12 +230,41 @@ def runtime_part(n: int, mem: int, work: Path) -> None:
         copying.destroy(r)
     fork_memory(copying, chain, store, work, "BASELINE copying restore")
     copying.close()
+    guarded("default warm pool", default_pool_part, rt, h, chain, store, work, want, n)
     guarded("fork", fork_part, rt, h, chain, store, work, want, n)
     rt.pool_size = 0
     rt.close()
     guarded("pause/resume", pause_part, rt, chain, store, work, want, n)
     guarded("BASELINE QEMU full snapshot/restore", qemu_baseline, rt, h, work, n, want)
     rt.destroy(h)
+
+
+def default_pool_part(rt, h, chain, store, work, want, n) -> None:  # type: ignore[no-untyped-def]
+    """The service's default: a template QEMU prewarmed, so the first restore of a fresh
+    checkpoint copies its pages into it; its base is pooled behind it for the next."""
+    rt.pool_size = SandboxSettings().warm_pool
+    spec = chain[-1].spec
+    image = rt._image(spec.image)
+
+    def wait(base: str | None) -> None:
+        deadline = time.monotonic() + 120
+        while rt.pool.count(image, spec, rt.accel, base) < 1:  # as between requests
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the warm pool did not fill for base {base}")
+            time.sleep(0.05)
+
+    for _ in range(n):
+        ck = rt.checkpoint(h, chain[-1], store)  # fresh: no base file, no QEMU on it
+        wait(None)
+        r, _, first, _ = restore_checked(rt, "bench-d1", [*chain, ck], store, work, want)
+        assert r.data["restore_stats"]["pool"] == "template", r.data["restore_stats"]
+        rec("fresh checkpoint: first restore to first exec (default pool)", first)
+        wait(ck.id)
+        r2, _, again, _ = restore_checked(rt, "bench-d2", [*chain, ck], store, work, want)
+        assert r2.data["restore_stats"]["pool"] == "base", r2.data["restore_stats"]
+        rec("fresh checkpoint: repeated restore to first exec (default pool)", again)
+        rt.destroy(r)
+        rt.destroy(r2)
 
 
 def fork_part(rt, h, chain, store, work, want, n) -> None:  # type: ignore[no-untyped-def]

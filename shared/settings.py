@@ -224,8 +224,11 @@ class SandboxSettings(ServiceSettings):
         "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
     )
     warm_pool: int = Field(
-        0, ge=0, le=64, description="QEMU processes kept waiting (-incoming defer) for restores."
-    )
+        1, ge=0, le=64,
+        description="QEMUs kept waiting (-incoming defer) for restores, per template (prewarmed "
+        "in the background at start for the default template) and for the latest restored "
+        "checkpoint; 0 = off.",
+    )  # fmt: skip
     cache_dir: Path | None = Field(
         None,
         description="Guest kernels and images (default /var/cache/k3stack as root, "
