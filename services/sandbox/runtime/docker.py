@@ -14,8 +14,8 @@
   checkpoint + removal of the container, resume and fork run new containers from that image.
   Checkpoint images live in the engine's image store on this host (not the object store).
 * **Limits**: memory (``mem_limit``), CPU (``nano_cpus``) and pids (``pids_limit``) from the
-  spec and ``guest_pids_max``; network ``none`` (the allowlist needs the network fence of the
-  microvm runtime, so ``network_allowlist`` is false here).
+  spec and ``guest_pids_max``; network ``none`` (no interface but loopback) or ``allowlist``:
+  an internal network, an ``INPUT`` fence and one forwarder per destination (``docker_net.py``).
 
 Containers, images and labels are prefixed ``k3stack-sbx``; containers survive a service crash
 and are re-attached by ``adopt``.
@@ -39,6 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from services.sandbox.runtime import docker_net
 from services.sandbox.runtime.base import (
     GUEST_HOME,
     CheckpointError,
@@ -103,7 +104,8 @@ class DockerRuntime(Runtime):
     """Sandboxes as containers of the local Docker Engine."""
 
     name = "docker"
-    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=False)
+    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=True)
+    guest_addresses = staticmethod(docker_net.guest_addresses)
 
     def __init__(self, root: Path, pids_max: int = 1024) -> None:
         self.root = Path(root)
@@ -112,6 +114,7 @@ class DockerRuntime(Runtime):
         self._lock = threading.Lock()
         self._images: dict[str, str] = {}
         self._execs: dict[str, set[int]] = {}
+        self._nets: dict[str, docker_net.AllowlistNet] = {}  # container id -> its allowlist net
         self.instance = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
         """Labels this instance's checkpoint images: its GC removes only its own."""
 
@@ -178,17 +181,51 @@ class DockerRuntime(Runtime):
     def _run(self, sandbox_id: str, spec: SandboxSpec, workdir: Path, image: str) -> VMHandle:
         self._require()
         workdir.mkdir(parents=True, exist_ok=True)
-        c = self.client.containers.run(
-            image, KEEPALIVE, detach=True, name=f"{PREFIX}-{sandbox_id}-{uuid.uuid4().hex[:6]}",
-            labels={"k3stack.sandbox": sandbox_id}, network_mode="none", hostname="sandbox",
-            mem_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpu * 1e9),
-            pids_limit=self.pids_max, working_dir=GUEST_HOME,
-            environment={"PATH": GUEST_PATH_ENV, "HOME": "/root", **spec.env},
-        )  # fmt: skip
+        net, network = None, {"network_mode": "none"}
+        if spec.network.mode == "allowlist":
+            net, hosts = docker_net.create_net(self.client, sandbox_id, spec, PREFIX)
+            network = {"network": net.name, "extra_hosts": hosts}
+        try:
+            c = self.client.containers.run(
+                image, KEEPALIVE, detach=True, name=f"{PREFIX}-{sandbox_id}-{uuid.uuid4().hex[:6]}",
+                labels={"k3stack.sandbox": sandbox_id}, hostname="sandbox", **network,
+                mem_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpu * 1e9),
+                pids_limit=self.pids_max, working_dir=GUEST_HOME,
+                environment={"PATH": GUEST_PATH_ENV, "HOME": "/root", **spec.env},
+            )  # fmt: skip
+        except BaseException:
+            if net is not None:
+                docker_net.remove_net(self.client, net)
+            raise
         c.reload()
+        data: dict[str, Any] = {"container": c.id, "image": image}
+        if net is not None:
+            with self._lock:
+                self._nets[c.id] = net
+            data["net"] = net.to_data()
+            data["network"] = docker_net.guest_addresses(spec)
         return VMHandle(sandbox_id=sandbox_id, runtime=self.name, workdir=workdir, spec=spec,
-                        pid=c.attrs["State"]["Pid"] or None,
-                        data={"container": c.id, "image": image})  # fmt: skip
+                        pid=c.attrs["State"]["Pid"] or None, data=data)  # fmt: skip
+
+    def close(self) -> None:
+        """Forwarders end with this process; a kept container's are restarted by ``adopt``."""
+        with self._lock:
+            nets, self._nets = list(self._nets.values()), {}
+        for net in nets:
+            net.close()
+
+    def adopt(self, h: VMHandle) -> bool:
+        """A container left by a crashed service: alive, and its allowlist forwarders (which
+        lived in that process) listening again."""
+        if not self.is_alive(h):
+            return False
+        if "net" in h.data:
+            net = docker_net.AllowlistNet.from_data(h.data["net"])
+            net.fence()
+            net.forward()
+            with self._lock:
+                self._nets[h.data["container"]] = net
+        return True
 
     def create(self, sandbox_id: str, spec: SandboxSpec, workdir: Path) -> VMHandle:
         return self._run(sandbox_id, spec, workdir, self.image_for(spec.image))
@@ -218,6 +255,11 @@ class DockerRuntime(Runtime):
             pass
         with self._lock:
             self._execs.pop(h.sandbox_id, None)
+            net = self._nets.pop(h.data["container"], None)
+        if net is None and "net" in h.data:  # a container this process did not start
+            net = docker_net.AllowlistNet.from_data(h.data["net"])
+        if net is not None:
+            docker_net.remove_net(self.client, net)
 
     def restore(
         self, sandbox_id: str, chain: list[CheckpointManifest], store: Any, workdir: Path
