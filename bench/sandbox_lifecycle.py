@@ -506,12 +506,30 @@ def docker_part(n: int, work: Path) -> None:
             kids = [rt.restore(f"bench{i}k{k}", [ck], None, work / f"d{i}k{k}") for k in range(3)]
             assert all(rt.read_file(k, STATE) == b"docker\n" for k in kids)
             rec("docker fork x3 (3 containers from the commit, to first read)", since(t))
+            rec("docker exec after a background fork bomb", docker_after_bomb(rt, h))
             for k in [*kids, h]:
                 rt.destroy(k)
     finally:
         for ck_id in made:
             subprocess.run(["docker", "rmi", "-f", f"{CHECKPOINT_REPO}:{ck_id}"],
                            capture_output=True)  # fmt: skip
+
+
+def docker_after_bomb(rt, h) -> float:  # type: ignore[no-untyped-def]
+    """ms of ``true`` once a background fork bomb holds its own command cgroup full."""
+    from services.sandbox.runtime.docker_cgroups import PREFIX, container_cgroup
+
+    parent = container_cgroup(h.pid)
+    rt.exec(h, ExecRequest(cmd="b(){ b | b & }; b", background=True))
+    deadline = time.monotonic() + 60
+    while parent is not None and time.monotonic() < deadline:
+        counts = [int((cg / "pids.current").read_text()) for cg in parent.glob(f"{PREFIX}*")]
+        if counts and max(counts) >= rt.cgroups.pids_max - 64 - 4:
+            break
+        time.sleep(0.05)
+    t = time.perf_counter()
+    assert rt.exec(h, ExecRequest(argv=["true"])).exit_code == 0
+    return since(t)
 
 
 failed: dict[str, str] = {}

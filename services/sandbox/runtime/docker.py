@@ -7,6 +7,8 @@
 * **Commands** are ``docker exec`` (streamed; bounded by busybox ``timeout -s KILL``); their
   pid is the host pid of the exec, so signals and a disconnected client's kill reach the whole
   process tree from the host. Background commands are started as on the other runtimes.
+  Each command runs in its own pids cgroup below the container's (``docker_cgroups.py``), so
+  a fork bomb in one does not starve the next.
 * **Files**: reads stream ``cat`` out of the container; writes are spooled to a host temp file
   (constant memory) and unpacked with ``put_archive``.
 * **Checkpoint = ``docker commit``**: the filesystem as an image layer; memory and processes
@@ -59,6 +61,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
     normalize_guest_path,
 )
+from services.sandbox.runtime.docker_cgroups import DockerCommandCgroups, container_cgroup
 from services.sandbox.runtime.process.execs import BG_SCRIPT, GUEST_PATH_ENV
 
 PREFIX = "k3stack-sbx"
@@ -115,6 +118,7 @@ class DockerRuntime(Runtime):
         self._images: dict[str, str] = {}
         self._execs: dict[str, set[int]] = {}
         self._nets: dict[str, docker_net.AllowlistNet] = {}  # container id -> its allowlist net
+        self.cgroups = DockerCommandCgroups(pids_max)
         self.instance = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
         """Labels this instance's checkpoint images: its GC removes only its own."""
 
@@ -249,10 +253,12 @@ class DockerRuntime(Runtime):
         )  # fmt: skip
 
     def stop(self, h: VMHandle) -> None:
+        parent = container_cgroup(h.pid)
         try:
             self.client.containers.get(h.data["container"]).remove(force=True)
         except Exception:  # noqa: BLE001, S110 - already gone
             pass
+        self.cgroups.sweep(parent)
         with self._lock:
             self._execs.pop(h.sandbox_id, None)
             net = self._nets.pop(h.data["container"], None)
@@ -378,7 +384,16 @@ class DockerRuntime(Runtime):
         cwd = normalize_guest_path(req.cwd or GUEST_HOME)
         env = {**h.spec.env, **req.env}
         started = time.monotonic()
-        ex_id, stream, pid = self._raw_exec(h, self._argv(req), env, cwd)
+        cg = self.cgroups.command(h.pid)
+        try:
+            ex_id, stream, pid = self._raw_exec(
+                h, self.cgroups.gated(cg, self._argv(req)), env, cwd
+            )
+        except BaseException:
+            self.cgroups.release(cg)
+            raise
+        if cg is not None and not (pid and self.cgroups.enter(cg, pid)):
+            _kill_tree(pid, signal_mod.SIGKILL)  # the gate would wait; never run it unbounded
         with self._lock:
             self._execs.setdefault(h.sandbox_id, set()).add(pid)
         cap = req.max_output_bytes or (16 << 20)
@@ -399,6 +414,7 @@ class DockerRuntime(Runtime):
         finally:
             with self._lock:
                 self._execs.get(h.sandbox_id, set()).discard(pid)
+            self.cgroups.release(cg)
         code = self.client.api.exec_inspect(ex_id).get("ExitCode")
         timed_out = (
             bool(req.timeout_s) and code == 137 and time.monotonic() - started >= req.timeout_s
