@@ -184,7 +184,7 @@ class ModelSettings(ServiceSettings):
 
 class SandboxSettings(ServiceSettings):
     port: int = Field(8001, ge=0, le=65535, description="TCP port the service listens on.")
-    runtime: Literal["auto", "microvm", "firecracker", "docker", "process"] = Field(
+    runtime: Literal["auto", "microvm", "firecracker", "docker", "kubernetes", "process"] = Field(
         "auto", description="Sandbox runtime; auto = microvm when QEMU and a kernel exist."
     )
     default_timeout_s: int = Field(

@@ -59,6 +59,7 @@ from services.sandbox.runtime.base import (
     SandboxNotRunning,
     SandboxSpec,
     VMHandle,
+    gather_exec,
     normalize_guest_path,
 )
 from services.sandbox.runtime.docker_cgroups import DockerCommandCgroups, container_cgroup
@@ -348,17 +349,7 @@ class DockerRuntime(Runtime):
                 raise GuestFileError(f"could not start background command: {res.stderr.strip()}")
             return ExecResult(pid=int(res.stdout.strip()),
                               duration_ms=(time.perf_counter() - started) * 1000)  # fmt: skip
-        out: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        result = ExecResult()
-        for ev in self.exec_stream(h, req):
-            if ev.kind in out:
-                out[ev.kind].append(ev.data)
-            elif ev.kind == "start":
-                result.pid = ev.pid
-            else:
-                result.exit_code, result.timed_out = ev.exit_code, ev.timed_out
-                result.truncated = ev.truncated
-        result.stdout, result.stderr = "".join(out["stdout"]), "".join(out["stderr"])
+        result = gather_exec(self.exec_stream(h, req))
         result.duration_ms = (time.perf_counter() - started) * 1000
         return result
 
@@ -431,7 +422,9 @@ class DockerRuntime(Runtime):
         if own:  # a streamed exec: its host pid
             _kill_tree(pid, int(signal))
             return
-        script = f"kill -{int(signal)} -- -{int(pid)} 2>/dev/null; kill -{int(signal)} {int(pid)}"
+        # the group first; the lone process only if there is no such group (a group kill
+        # that reaped it already would make a second kill fail)
+        script = f"kill -{int(signal)} -- -{int(pid)} 2>/dev/null || kill -{int(signal)} {int(pid)}"
         res = self.exec(h, ExecRequest(argv=["/bin/sh", "-c", script], cwd="/", timeout_s=10))
         if res.exit_code != 0:
             raise GuestFileNotFound(f"no guest process {pid}", 3, str(pid))
