@@ -253,6 +253,7 @@ def default_pool_part(rt, h, chain, store, work, want, n) -> None:  # type: igno
                 raise TimeoutError(f"the warm pool did not fill for base {base}")
             time.sleep(0.05)
 
+    rt.prewarm(spec)  # as the service does at start
     for _ in range(n):
         ck = rt.checkpoint(h, chain[-1], store)  # fresh: no base file, no QEMU on it
         wait(None)
