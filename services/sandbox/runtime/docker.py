@@ -359,11 +359,11 @@ class DockerRuntime(Runtime):
         ex = api.exec_create(c.id, argv, environment=env, workdir=cwd)
         stream = api.exec_start(ex["Id"], stream=True, demux=True)
         pid = 0
-        for _ in range(200):
+        deadline = time.monotonic() + 15  # a loaded engine may take a while to say; a gated
+        while not pid and time.monotonic() < deadline:  # command waits for it meanwhile
             pid = api.exec_inspect(ex["Id"]).get("Pid") or 0
-            if pid:
-                break
-            time.sleep(0.005)
+            if not pid:
+                time.sleep(0.005)
         return ex["Id"], stream, pid
 
     def exec_stream(self, h: VMHandle, req: ExecRequest) -> Iterator[ExecEvent]:
