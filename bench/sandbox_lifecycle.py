@@ -45,6 +45,7 @@ from services.sandbox.runtime.microvm import MicroVMRuntime
 from services.sandbox.runtime.microvm.launch import qemu_cmdline, short_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
 from shared.objectstore import LocalObjectStore
+from shared.settings import SandboxSettings
 
 STATE = "/home/user/bench-state"
 CAT = ExecRequest(argv=["cat", STATE])
@@ -229,12 +230,42 @@ def runtime_part(n: int, mem: int, work: Path) -> None:
         copying.destroy(r)
     fork_memory(copying, chain, store, work, "BASELINE copying restore")
     copying.close()
+    guarded("default warm pool", default_pool_part, rt, h, chain, store, work, want, n)
     guarded("fork", fork_part, rt, h, chain, store, work, want, n)
     rt.pool_size = 0
     rt.close()
     guarded("pause/resume", pause_part, rt, chain, store, work, want, n)
     guarded("BASELINE QEMU full snapshot/restore", qemu_baseline, rt, h, work, n, want)
     rt.destroy(h)
+
+
+def default_pool_part(rt, h, chain, store, work, want, n) -> None:  # type: ignore[no-untyped-def]
+    """The service's default: a template QEMU prewarmed, so the first restore of a fresh
+    checkpoint copies its pages into it; its base is pooled behind it for the next."""
+    rt.pool_size = SandboxSettings().warm_pool
+    spec = chain[-1].spec
+    image = rt._image(spec.image)
+
+    def wait(base: str | None) -> None:
+        deadline = time.monotonic() + 120
+        while rt.pool.count(image, spec, rt.accel, base) < 1:  # as between requests
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the warm pool did not fill for base {base}")
+            time.sleep(0.05)
+
+    rt.prewarm(spec)  # as the service does at start
+    for _ in range(n):
+        ck = rt.checkpoint(h, chain[-1], store)  # fresh: no base file, no QEMU on it
+        wait(None)
+        r, _, first, _ = restore_checked(rt, "bench-d1", [*chain, ck], store, work, want)
+        assert r.data["restore_stats"]["pool"] == "template", r.data["restore_stats"]
+        rec("fresh checkpoint: first restore to first exec (default pool)", first)
+        wait(ck.id)
+        r2, _, again, _ = restore_checked(rt, "bench-d2", [*chain, ck], store, work, want)
+        assert r2.data["restore_stats"]["pool"] == "base", r2.data["restore_stats"]
+        rec("fresh checkpoint: repeated restore to first exec (default pool)", again)
+        rt.destroy(r)
+        rt.destroy(r2)
 
 
 def fork_part(rt, h, chain, store, work, want, n) -> None:  # type: ignore[no-untyped-def]
@@ -476,12 +507,30 @@ def docker_part(n: int, work: Path) -> None:
             kids = [rt.restore(f"bench{i}k{k}", [ck], None, work / f"d{i}k{k}") for k in range(3)]
             assert all(rt.read_file(k, STATE) == b"docker\n" for k in kids)
             rec("docker fork x3 (3 containers from the commit, to first read)", since(t))
+            rec("docker exec after a background fork bomb", docker_after_bomb(rt, h))
             for k in [*kids, h]:
                 rt.destroy(k)
     finally:
         for ck_id in made:
             subprocess.run(["docker", "rmi", "-f", f"{CHECKPOINT_REPO}:{ck_id}"],
                            capture_output=True)  # fmt: skip
+
+
+def docker_after_bomb(rt, h) -> float:  # type: ignore[no-untyped-def]
+    """ms of ``true`` once a background fork bomb holds its own command cgroup full."""
+    from services.sandbox.runtime.docker_cgroups import PREFIX, container_cgroup
+
+    parent = container_cgroup(h.pid)
+    rt.exec(h, ExecRequest(cmd="b(){ b | b & }; b", background=True))
+    deadline = time.monotonic() + 60
+    while parent is not None and time.monotonic() < deadline:
+        counts = [int((cg / "pids.current").read_text()) for cg in parent.glob(f"{PREFIX}*")]
+        if counts and max(counts) >= rt.cgroups.pids_max - 64 - 4:
+            break
+        time.sleep(0.05)
+    t = time.perf_counter()
+    assert rt.exec(h, ExecRequest(argv=["true"])).exit_code == 0
+    return since(t)
 
 
 failed: dict[str, str] = {}

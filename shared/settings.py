@@ -190,7 +190,7 @@ class ModelSettings(ServiceSettings):
 
 class SandboxSettings(ServiceSettings):
     port: int = Field(8001, ge=0, le=65535, description="TCP port the service listens on.")
-    runtime: Literal["auto", "microvm", "firecracker", "docker", "process"] = Field(
+    runtime: Literal["auto", "microvm", "firecracker", "docker", "kubernetes", "process"] = Field(
         "auto", description="Sandbox runtime; auto = microvm when QEMU and a kernel exist."
     )
     default_timeout_s: int = Field(
@@ -230,8 +230,11 @@ class SandboxSettings(ServiceSettings):
         "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
     )
     warm_pool: int = Field(
-        0, ge=0, le=64, description="QEMU processes kept waiting (-incoming defer) for restores."
-    )
+        1, ge=0, le=64,
+        description="QEMUs kept waiting (-incoming defer) for restores, per template (prewarmed "
+        "in the background at start for the default template) and for the latest restored "
+        "checkpoint; 0 = off.",
+    )  # fmt: skip
     cache_dir: Path | None = Field(
         None,
         description="Guest kernels and images (default /var/cache/k3stack as root, "

@@ -75,7 +75,7 @@ NEVER = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 MAX_TIMEOUT_S = 7 * 24 * 3600
 """Longest idle or command timeout any request may ask for (a week)."""
 
-RuntimeName = Literal["auto", "microvm", "firecracker", "docker", "process"]
+RuntimeName = Literal["auto", "microvm", "firecracker", "docker", "kubernetes", "process"]
 SandboxState = Literal["creating", "running", "paused", "killed", "error"]
 
 

@@ -79,7 +79,8 @@ def service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
     ) -> Service:
         settings = load_settings(
             data_dir=tmp_path / "data",
-            sandbox={"runtime": runtime, "reaper_interval_s": 3600, **sandbox},
+            # no warm pool unless a test asks: each pooled QEMU costs this 2-core host
+            sandbox={"runtime": runtime, "reaper_interval_s": 3600, "warm_pool": 0, **sandbox},
         )
         svc = Service(settings, runtime, clock)
         svc.start()

@@ -40,12 +40,13 @@ from services.sandbox.lifecycle.fork import Forker
 from services.sandbox.lifecycle.gc import GarbageCollector
 from services.sandbox.lifecycle.guest import GuestOps
 from services.sandbox.lifecycle.reaper import Reaper
+from services.sandbox.lifecycle.runtimes import pick_runtime
 from services.sandbox.lifecycle.sandboxes import SandboxLifecycle
 from services.sandbox.lifecycle.state import SandboxState
 from services.sandbox.lifecycle.templates import TemplateCatalog
 from services.sandbox.lifecycle.views import runtime_infos, utcnow
 from services.sandbox.models import CheckpointRow, SandboxRow
-from services.sandbox.runtime.base import CheckpointManifest, Runtime, VMHandle
+from services.sandbox.runtime.base import CheckpointManifest, Runtime, SandboxSpec, VMHandle
 from shared.contracts.sandbox import (
     Checkpoint,
     EntryInfo,
@@ -107,6 +108,7 @@ class SandboxManager:
         self.reaper = Reaper(self)
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._prewarm: threading.Thread | None = None
 
     @property
     def clock(self) -> Callable[[], datetime]:
@@ -124,6 +126,9 @@ class SandboxManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.templates.seed()
         self.sandboxes.recover()
+        self._prewarm = threading.Thread(target=self._prewarm_default, name="k3stack-prewarm",
+                                         daemon=True)  # fmt: skip
+        self._prewarm.start()
         if background:
             self._reaper = threading.Thread(
                 target=self.reaper.loop, args=(self._stop,), name="k3stack-reaper", daemon=True
@@ -147,6 +152,23 @@ class SandboxManager:
         self.templates.close()
         for rt in self.runtimes.values():
             rt.close()
+        if self._prewarm is not None:  # a QEMU it started after the pool closed is ended
+            self._prewarm.join(timeout=30)
+
+    def _prewarm_default(self) -> None:
+        """The default template's warm pool on the default runtime (where it has one), so
+        that the first restore of a fresh checkpoint starts no QEMU."""
+        if not self.settings.warm_pool:
+            return
+        try:
+            rt = pick_runtime(None, self.settings.runtime, self.runtimes)
+            prewarm = getattr(rt, "prewarm", None)
+            if prewarm is not None:
+                req = NewSandbox(templateID=SandboxSpec().image)  # what a bare create gets
+                prewarm(SandboxSpec(image=req.templateID, cpu=req.cpuCount,
+                                    memory_mb=req.memoryMB, network=req.network))  # fmt: skip
+        except Exception:  # noqa: BLE001 - an optimisation: restores still work without it
+            log.exception("prewarming the default template")
 
     def recover(self) -> None:
         self.sandboxes.recover()

@@ -17,7 +17,7 @@ from shared.settings import Settings
 
 log = logging.getLogger("k3stack.sandbox")
 
-RUNTIME_ORDER = ("microvm", "firecracker", "docker", "process")
+RUNTIME_ORDER = ("microvm", "firecracker", "docker", "kubernetes", "process")
 
 
 def make_runtimes(settings: Settings) -> dict[str, Runtime]:
@@ -30,6 +30,9 @@ def make_runtimes(settings: Settings) -> dict[str, Runtime]:
     from services.sandbox.runtime.docker import DockerRuntime
 
     runtimes["docker"] = DockerRuntime(root / "docker", pids_max=settings.sandbox.guest_pids_max)
+    from services.sandbox.runtime.kube import KubernetesRuntime
+
+    runtimes["kubernetes"] = KubernetesRuntime(root / "kubernetes")
     from services.sandbox.runtime.firecracker import FirecrackerRuntime
 
     runtimes["firecracker"] = FirecrackerRuntime(root / "firecracker")

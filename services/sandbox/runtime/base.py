@@ -216,6 +216,22 @@ class ExecEvent(BaseModel):
     truncated: bool = False
 
 
+def gather_exec(events: Iterable[ExecEvent]) -> ExecResult:
+    """A foreground exec's result from its streamed events (what ``exec`` answers)."""
+    out: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    result = ExecResult()
+    for ev in events:
+        if ev.kind in out:
+            out[ev.kind].append(ev.data)
+        elif ev.kind == "start":
+            result.pid = ev.pid
+        else:
+            result.exit_code, result.timed_out = ev.exit_code, ev.timed_out
+            result.truncated = ev.truncated
+    result.stdout, result.stderr = "".join(out["stdout"]), "".join(out["stderr"])
+    return result
+
+
 class FileInfo(BaseModel):
     """A guest file or directory. ``mode`` holds the permission bits (``0o644``); ``mtime``
     is seconds since the epoch in the guest's clock."""

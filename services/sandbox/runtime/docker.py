@@ -7,6 +7,8 @@
 * **Commands** are ``docker exec`` (streamed; bounded by busybox ``timeout -s KILL``); their
   pid is the host pid of the exec, so signals and a disconnected client's kill reach the whole
   process tree from the host. Background commands are started as on the other runtimes.
+  Each command runs in its own pids cgroup below the container's (``docker_cgroups.py``), so
+  a fork bomb in one does not starve the next.
 * **Files**: reads stream ``cat`` out of the container; writes are spooled to a host temp file
   (constant memory) and unpacked with ``put_archive``.
 * **Checkpoint = ``docker commit``**: the filesystem as an image layer; memory and processes
@@ -14,8 +16,8 @@
   checkpoint + removal of the container, resume and fork run new containers from that image.
   Checkpoint images live in the engine's image store on this host (not the object store).
 * **Limits**: memory (``mem_limit``), CPU (``nano_cpus``) and pids (``pids_limit``) from the
-  spec and ``guest_pids_max``; network ``none`` (the allowlist needs the network fence of the
-  microvm runtime, so ``network_allowlist`` is false here).
+  spec and ``guest_pids_max``; network ``none`` (no interface but loopback) or ``allowlist``:
+  an internal network, an ``INPUT`` fence and one forwarder per destination (``docker_net.py``).
 
 Containers, images and labels are prefixed ``k3stack-sbx``; containers survive a service crash
 and are re-attached by ``adopt``.
@@ -39,6 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from services.sandbox.runtime import docker_net
 from services.sandbox.runtime.base import (
     GUEST_HOME,
     CheckpointError,
@@ -56,8 +59,10 @@ from services.sandbox.runtime.base import (
     SandboxNotRunning,
     SandboxSpec,
     VMHandle,
+    gather_exec,
     normalize_guest_path,
 )
+from services.sandbox.runtime.docker_cgroups import DockerCommandCgroups, container_cgroup
 from services.sandbox.runtime.process.execs import BG_SCRIPT, GUEST_PATH_ENV
 
 PREFIX = "k3stack-sbx"
@@ -103,7 +108,8 @@ class DockerRuntime(Runtime):
     """Sandboxes as containers of the local Docker Engine."""
 
     name = "docker"
-    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=False)
+    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=True)
+    guest_addresses = staticmethod(docker_net.guest_addresses)
 
     def __init__(self, root: Path, pids_max: int = 1024) -> None:
         self.root = Path(root)
@@ -112,6 +118,8 @@ class DockerRuntime(Runtime):
         self._lock = threading.Lock()
         self._images: dict[str, str] = {}
         self._execs: dict[str, set[int]] = {}
+        self._nets: dict[str, docker_net.AllowlistNet] = {}  # container id -> its allowlist net
+        self.cgroups = DockerCommandCgroups(pids_max)
         self.instance = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
         """Labels this instance's checkpoint images: its GC removes only its own."""
 
@@ -178,17 +186,51 @@ class DockerRuntime(Runtime):
     def _run(self, sandbox_id: str, spec: SandboxSpec, workdir: Path, image: str) -> VMHandle:
         self._require()
         workdir.mkdir(parents=True, exist_ok=True)
-        c = self.client.containers.run(
-            image, KEEPALIVE, detach=True, name=f"{PREFIX}-{sandbox_id}-{uuid.uuid4().hex[:6]}",
-            labels={"k3stack.sandbox": sandbox_id}, network_mode="none", hostname="sandbox",
-            mem_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpu * 1e9),
-            pids_limit=self.pids_max, working_dir=GUEST_HOME,
-            environment={"PATH": GUEST_PATH_ENV, "HOME": "/root", **spec.env},
-        )  # fmt: skip
+        net, network = None, {"network_mode": "none"}
+        if spec.network.mode == "allowlist":
+            net, hosts = docker_net.create_net(self.client, sandbox_id, spec, PREFIX)
+            network = {"network": net.name, "extra_hosts": hosts}
+        try:
+            c = self.client.containers.run(
+                image, KEEPALIVE, detach=True, name=f"{PREFIX}-{sandbox_id}-{uuid.uuid4().hex[:6]}",
+                labels={"k3stack.sandbox": sandbox_id}, hostname="sandbox", **network,
+                mem_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpu * 1e9),
+                pids_limit=self.pids_max, working_dir=GUEST_HOME,
+                environment={"PATH": GUEST_PATH_ENV, "HOME": "/root", **spec.env},
+            )  # fmt: skip
+        except BaseException:
+            if net is not None:
+                docker_net.remove_net(self.client, net)
+            raise
         c.reload()
+        data: dict[str, Any] = {"container": c.id, "image": image}
+        if net is not None:
+            with self._lock:
+                self._nets[c.id] = net
+            data["net"] = net.to_data()
+            data["network"] = docker_net.guest_addresses(spec)
         return VMHandle(sandbox_id=sandbox_id, runtime=self.name, workdir=workdir, spec=spec,
-                        pid=c.attrs["State"]["Pid"] or None,
-                        data={"container": c.id, "image": image})  # fmt: skip
+                        pid=c.attrs["State"]["Pid"] or None, data=data)  # fmt: skip
+
+    def close(self) -> None:
+        """Forwarders end with this process; a kept container's are restarted by ``adopt``."""
+        with self._lock:
+            nets, self._nets = list(self._nets.values()), {}
+        for net in nets:
+            net.close()
+
+    def adopt(self, h: VMHandle) -> bool:
+        """A container left by a crashed service: alive, and its allowlist forwarders (which
+        lived in that process) listening again."""
+        if not self.is_alive(h):
+            return False
+        if "net" in h.data:
+            net = docker_net.AllowlistNet.from_data(h.data["net"])
+            net.fence()
+            net.forward()
+            with self._lock:
+                self._nets[h.data["container"]] = net
+        return True
 
     def create(self, sandbox_id: str, spec: SandboxSpec, workdir: Path) -> VMHandle:
         return self._run(sandbox_id, spec, workdir, self.image_for(spec.image))
@@ -212,12 +254,19 @@ class DockerRuntime(Runtime):
         )  # fmt: skip
 
     def stop(self, h: VMHandle) -> None:
+        parent = container_cgroup(h.pid)
         try:
             self.client.containers.get(h.data["container"]).remove(force=True)
         except Exception:  # noqa: BLE001, S110 - already gone
             pass
+        self.cgroups.sweep(parent)
         with self._lock:
             self._execs.pop(h.sandbox_id, None)
+            net = self._nets.pop(h.data["container"], None)
+        if net is None and "net" in h.data:  # a container this process did not start
+            net = docker_net.AllowlistNet.from_data(h.data["net"])
+        if net is not None:
+            docker_net.remove_net(self.client, net)
 
     def restore(
         self, sandbox_id: str, chain: list[CheckpointManifest], store: Any, workdir: Path
@@ -300,17 +349,7 @@ class DockerRuntime(Runtime):
                 raise GuestFileError(f"could not start background command: {res.stderr.strip()}")
             return ExecResult(pid=int(res.stdout.strip()),
                               duration_ms=(time.perf_counter() - started) * 1000)  # fmt: skip
-        out: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        result = ExecResult()
-        for ev in self.exec_stream(h, req):
-            if ev.kind in out:
-                out[ev.kind].append(ev.data)
-            elif ev.kind == "start":
-                result.pid = ev.pid
-            else:
-                result.exit_code, result.timed_out = ev.exit_code, ev.timed_out
-                result.truncated = ev.truncated
-        result.stdout, result.stderr = "".join(out["stdout"]), "".join(out["stderr"])
+        result = gather_exec(self.exec_stream(h, req))
         result.duration_ms = (time.perf_counter() - started) * 1000
         return result
 
@@ -320,11 +359,11 @@ class DockerRuntime(Runtime):
         ex = api.exec_create(c.id, argv, environment=env, workdir=cwd)
         stream = api.exec_start(ex["Id"], stream=True, demux=True)
         pid = 0
-        for _ in range(200):
+        deadline = time.monotonic() + 15  # a loaded engine may take a while to say; a gated
+        while not pid and time.monotonic() < deadline:  # command waits for it meanwhile
             pid = api.exec_inspect(ex["Id"]).get("Pid") or 0
-            if pid:
-                break
-            time.sleep(0.005)
+            if not pid:
+                time.sleep(0.005)
         return ex["Id"], stream, pid
 
     def exec_stream(self, h: VMHandle, req: ExecRequest) -> Iterator[ExecEvent]:
@@ -336,7 +375,16 @@ class DockerRuntime(Runtime):
         cwd = normalize_guest_path(req.cwd or GUEST_HOME)
         env = {**h.spec.env, **req.env}
         started = time.monotonic()
-        ex_id, stream, pid = self._raw_exec(h, self._argv(req), env, cwd)
+        cg = self.cgroups.command(h.pid)
+        try:
+            ex_id, stream, pid = self._raw_exec(
+                h, self.cgroups.gated(cg, self._argv(req)), env, cwd
+            )
+        except BaseException:
+            self.cgroups.release(cg)
+            raise
+        if cg is not None and not (pid and self.cgroups.enter(cg, pid)):
+            _kill_tree(pid, signal_mod.SIGKILL)  # the gate would wait; never run it unbounded
         with self._lock:
             self._execs.setdefault(h.sandbox_id, set()).add(pid)
         cap = req.max_output_bytes or (16 << 20)
@@ -357,6 +405,7 @@ class DockerRuntime(Runtime):
         finally:
             with self._lock:
                 self._execs.get(h.sandbox_id, set()).discard(pid)
+            self.cgroups.release(cg)
         code = self.client.api.exec_inspect(ex_id).get("ExitCode")
         timed_out = (
             bool(req.timeout_s) and code == 137 and time.monotonic() - started >= req.timeout_s
@@ -373,7 +422,9 @@ class DockerRuntime(Runtime):
         if own:  # a streamed exec: its host pid
             _kill_tree(pid, int(signal))
             return
-        script = f"kill -{int(signal)} -- -{int(pid)} 2>/dev/null; kill -{int(signal)} {int(pid)}"
+        # the group first; the lone process only if there is no such group (a group kill
+        # that reaped it already would make a second kill fail)
+        script = f"kill -{int(signal)} -- -{int(pid)} 2>/dev/null || kill -{int(signal)} {int(pid)}"
         res = self.exec(h, ExecRequest(argv=["/bin/sh", "-c", script], cwd="/", timeout_s=10))
         if res.exit_code != 0:
             raise GuestFileNotFound(f"no guest process {pid}", 3, str(pid))

@@ -60,9 +60,10 @@ class PortForwarder:
 
     ``close()`` stops listening and ends the open connections."""
 
-    def __init__(self, connect: Callable[[], socket.socket], name: str = "forward") -> None:
+    def __init__(self, connect: Callable[[], socket.socket], name: str = "forward",
+                 bind: tuple[str, int] = (LOOPBACK, 0)) -> None:  # fmt: skip
         self._connect = connect
-        self._listener = socket.create_server((LOOPBACK, 0))
+        self._listener = socket.create_server(bind)
         self.host, self.port = self._listener.getsockname()[:2]
         self._closed = threading.Event()
         self._conns: set[socket.socket] = set()

@@ -7,10 +7,14 @@ virtio-serial port whose host end is a unix socket, QMP on another. A restore st
 with ``-incoming defer`` (so that QEMU does not write the kernel/initrd ROMs over the restored
 RAM at reset) and feeds it the device state later.
 
-The **warm pool** keeps such waiting QEMUs ready for restores. A restored VM's RAM is its
-checkpoint's base file, which a QEMU maps when it starts, so pooled QEMUs are kept per base:
-after a restore of checkpoint C the pool refills with QEMUs on C's base (the next restore or
-fork child of C finds one ready); restores of other checkpoints replace them.
+The **warm pool** keeps such waiting QEMUs ready for restores, of two kinds. *Per template*
+(``base`` None): a QEMU on a fresh shared RAM file, prewarmed at service start; a restore of a
+checkpoint whose base file does not exist yet copies the checkpoint's pages into that file,
+so the first restore of a fresh checkpoint starts no QEMU and assembles no base. *Per base*:
+a restored VM's RAM is its checkpoint's base file, which a QEMU maps when it starts, so after
+a restore of checkpoint C the pool refills with QEMUs on C's base (the next restore or fork
+child of C copies nothing); restores of other checkpoints replace those. Each kind keeps at
+most ``size`` QEMUs per key.
 
 Network: none by default. ``allowlist``: ``-netdev user,restrict=on`` (the guest reaches
 nothing through it) plus one ``guestfwd`` per allowed ``host:port``, reachable in the guest at
@@ -239,7 +243,8 @@ def discard(vm: Vm) -> None:
 
 class WarmPool:
     """QEMUs started with ``-incoming defer``, waiting for restores (see module docstring).
-    At most ``size`` are kept; ``start(image, spec, accel, base)`` launches one."""
+    At most ``size`` are kept per template and ``size`` for the latest base; ``start(image,
+    spec, accel, base)`` launches one."""
 
     def __init__(self, size: int, start: Callable[[Image, SandboxSpec, str, str | None], Vm]):
         self.size = size
@@ -247,13 +252,21 @@ class WarmPool:
         self._vms: list[Vm] = []
         self._lock = threading.Lock()
         self._generation = 0  # close() counts up: a start begun before it is not kept
+        self._closed = False  # a fill that begins after close() starts nothing
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._vms)
 
-    def take(self, image: Image, spec: SandboxSpec, accel: str, base: str | None) -> Vm | None:
-        """A waiting QEMU for this restore, or None; refills in the background either way."""
+    def count(self, image: Image, spec: SandboxSpec, accel: str, base: str | None) -> int:
+        """Live QEMUs waiting for this key."""
+        key = vm_key(image, spec, accel, base)
+        with self._lock:
+            return sum(1 for v in self._vms if v.key == key and v.proc.poll() is None)
+
+    def take(self, image: Image, spec: SandboxSpec, accel: str, base: str | None,
+             refill: bool = True) -> Vm | None:  # fmt: skip
+        """A waiting QEMU for this key, or None; refills in the background either way."""
         key = vm_key(image, spec, accel, base)
         with self._lock:
             for i, vm in enumerate(self._vms):
@@ -262,22 +275,26 @@ class WarmPool:
                     break
             else:
                 vm = None
-        if self.size:
+        if self.size and refill:
             threading.Thread(target=self.fill, args=(image, spec, accel, base), daemon=True).start()
         return vm
 
     def fill(self, image: Image, spec: SandboxSpec, accel: str, base: str | None) -> None:
-        """Top the pool up with QEMUs for ``base``, ending those kept for other bases."""
+        """Top the pool up with QEMUs for this key; filling for a base ends those kept for
+        other bases (template QEMUs stay)."""
         key = vm_key(image, spec, accel, base)
         with self._lock:
             generation = self._generation
+            if self._closed:
+                return
         while True:
             with self._lock:
                 mine = [v for v in self._vms if v.key == key and v.proc.poll() is None]
                 if len(mine) >= self.size or generation != self._generation:
                     return
-                others = [v for v in self._vms if v not in mine]
-                drop = others[: max(0, len(self._vms) + 1 - self.size)]
+                drop = [v for v in self._vms if v.proc.poll() is not None]
+                if base is not None:
+                    drop += [v for v in self._vms if v.base not in (None, base)]
                 for v in drop:
                     self._vms.remove(v)
             for v in drop:
@@ -297,6 +314,7 @@ class WarmPool:
     def close(self) -> None:
         with self._lock:
             self._generation += 1
+            self._closed = True
             vms, self._vms = self._vms, []
         for vm in vms:
             discard(vm)

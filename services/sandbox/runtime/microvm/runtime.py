@@ -254,6 +254,33 @@ class MicroVMRuntime(Runtime):
         vm = self.pool.take(image, spec, accel, base)
         return (vm, True) if vm else (self._start_incoming(image, spec, accel, base), False)
 
+    def _take_template_vm(self, image: Image, ck: CheckpointManifest, accel: str,
+                          disk: Any, store) -> tuple[Vm | None, bool]:  # fmt: skip
+        """For a checkpoint whose base file does not exist yet and for which no QEMU waits: a
+        template QEMU from the warm pool (the restore copies the pages into its own file,
+        which costs what assembling the base would, minus the QEMU start), and the base is
+        assembled and pooled in the background for the next restore. Else ``(None, False)``."""
+        if disk is not None or not self.cow_restore or not self.pool.size:
+            return None, False
+        if self.bases.path(ck.id).exists() or self.pool.count(image, ck.spec, accel, ck.id):
+            return None, False
+        vm = self.pool.take(image, ck.spec, accel, None)
+        if vm is None:  # this template is not pooled yet: it will be for the next restore
+            self._in_background(self.pool.fill, image, ck.spec, accel, None)
+            return None, False
+        self._in_background(self.prewarm, checkpoint=ck, store=store)
+        return vm, True
+
+    @staticmethod
+    def _in_background(fn, *args: Any, **kwargs: Any) -> None:  # type: ignore[no-untyped-def]
+        def run() -> None:
+            try:
+                fn(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a pool refill is an optimisation only
+                log.exception("warm pool refill failed")
+
+        threading.Thread(target=run, name="k3stack-prewarm", daemon=True).start()
+
     def prewarm(self, spec: SandboxSpec | None = None, checkpoint: CheckpointManifest | None = None,
                 store=None) -> None:  # fmt: skip
         """Fill the warm pool now: QEMUs waiting for restores of ``checkpoint`` (its base file
@@ -578,8 +605,12 @@ class MicroVMRuntime(Runtime):
             disk = disks.materialize_disk(ck.runtime_data["disk"], store, workdir, self.root)
         t1 = time.perf_counter()
         base, assembled = (ck.id if self.cow_restore else None), False
+        vm, pooled = self._take_template_vm(image, ck, accel, disk, store)
+        if vm is not None:  # a fresh checkpoint: its pages are copied into a prewarmed QEMU
+            base = None
+        t2 = time.perf_counter()
         try:
-            for attempt in range(3):
+            for attempt in range(3 if vm is None else 0):
                 if base is not None:
                     assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
                 t2 = time.perf_counter()
@@ -630,6 +661,7 @@ class MicroVMRuntime(Runtime):
             "base_assembled": assembled,
             "vmm_ms": (t3 - t2) * 1000,
             "pooled": pooled,
+            "pool": ("base" if vm.base else "template") if pooled else None,
             "guest_ms": (t5 - t4) * 1000,
             **guest_stats,
             "total_ms": (t5 - t0) * 1000,
