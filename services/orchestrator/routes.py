@@ -12,6 +12,7 @@ from services.orchestrator.episode.schema import Episode, EpisodeCreate, Episode
 from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
 from services.orchestrator.harness.config import HarnessConfig, HarnessError, load_harness
 from services.orchestrator.report import render_report
+from services.orchestrator.tools.builtin import UnknownTools, check_tool_names
 from shared.contracts.orchestrator import HarnessFidelity
 from shared.errors import APIError, bad_request, not_found
 from shared.trajectory import Trajectory
@@ -24,10 +25,11 @@ def _check_request(body: EpisodeCreate, request: Request) -> HarnessConfig:
     settings = request.app.state.settings
     try:
         harness = load_harness(body.harness, settings.data_dir)
+        check_tool_names(harness.tools)
     except KeyError as exc:
         raise bad_request(f"harness: {exc.args[0]}") from None
-    except HarnessError as exc:
-        raise bad_request(f"harness: {exc}") from None
+    except (HarnessError, UnknownTools) as exc:
+        raise bad_request(f"harness: {body.harness}: {exc}") from None
     from shared.clients import ServiceError
 
     svc = request.app.state.services

@@ -32,7 +32,7 @@ from services.orchestrator.harness.config import HarnessConfig, load_harness
 from services.orchestrator.harness.prompt import render_system_prompt
 from services.orchestrator.skills import load_skills
 from services.orchestrator.tools.base import ToolSet
-from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
+from services.orchestrator.tools.builtin import ToolContext, toolset_of
 from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
 from shared.jobs import FINISHED, JobCancelled, JobPolicy, JobRun, JobStore, heartbeats, new_owner
 
@@ -348,9 +348,7 @@ class EpisodeRunner:
     def _runtime(
         self, request: EpisodeCreate, harness: HarnessConfig, state: dict[str, Any]
     ) -> Runtime:
-        tools = ToolSet()
-        for key in harness.tools:
-            tools.add(CATALOGUE[key])
+        tools = toolset_of(harness.tools)
         world = None
         names: dict[str, str] = {}
         scenario = state.get("scenario")

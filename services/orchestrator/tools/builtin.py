@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.orchestrator import apply_patch as patchlib
-from services.orchestrator.tools.base import Effect, Tool, ToolFailure, schema_of
+from services.orchestrator.tools.base import Effect, Tool, ToolFailure, ToolSet, schema_of
 
 
 class Args(BaseModel):
@@ -726,3 +726,24 @@ def delegate_task(ctx: ToolContext, a: dict[str, Any]) -> str:
     """Delegates a goal to a sub-agent and returns its summary."""
     prompt = a["goal"] + (f"\n\nContext:\n{a['context']}" if a.get("context") else "")
     return _delegate(ctx, "default", prompt)
+
+
+class UnknownTools(ValueError):
+    """A harness names tools the catalogue does not have."""
+
+
+def check_tool_names(names: list[str]) -> None:
+    """The harness names its tools and the catalogue resolves them: an unknown name is an
+    error listing the known ones (raised at submit, before anything runs)."""
+    unknown = [n for n in names if n not in CATALOGUE]
+    if unknown:
+        raise UnknownTools(f"tools: unknown tools {unknown}; known: {sorted(CATALOGUE)}")
+
+
+def toolset_of(names: list[str]) -> ToolSet:
+    """The catalogue entries ``names`` lists, in that order."""
+    check_tool_names(names)
+    tools = ToolSet()
+    for key in names:
+        tools.add(CATALOGUE[key])
+    return tools
