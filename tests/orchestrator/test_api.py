@@ -125,6 +125,8 @@ def test_every_preset_reaches_the_oracle_score(api, tools_url, preset: str) -> N
         ({"task": {"scenario": SCENARIO}, "harness": "no-prompt"}, "system_prompt"),
         ({"task": {"scenario": SCENARIO}, "harness": "no-tool"}, "Teleport"),
         ({"task": {"scenario": SCENARIO}, "memory": {"CLAUDE.md": "x" * 5_000_000}}, "memory"),
+        ({"task": {"scenario": SCENARIO}, "memory": {"NOTES.md": "x"}}, "memory.NOTES.md"),
+        ({"task": {"scenario": SCENARIO}, "memory": {"CLAUDE.md": "x" * 25_001}}, "25,000"),
     ],
 )  # fmt: skip
 def test_bad_input_is_a_400_naming_the_field(api, body: dict, field: str) -> None:
