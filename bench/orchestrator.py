@@ -30,6 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# the tools service wants an admin key for its management routes; the bench's services share one
+TOOLS_KEY = "tools-admin-key-orchestrator-bench"
+
 
 def _turn(view):  # type: ignore[no-untyped-def]
     from services.orchestrator.episode.policy import Turn
@@ -144,7 +147,8 @@ def throughput(workers: int, episodes: int, scenario: str, tmp: Path) -> float:
            "K3STACK_BROKER_URL": f"sqla+sqlite:///{run}/broker.db",
            "K3STACK_RESULT_BACKEND": f"db+sqlite:///{run}/results.db",
            "K3STACK_TOOLS__URL": f"http://127.0.0.1:{port}",
-           "K3STACK_MODEL__URL": "http://127.0.0.1:9", "OMP_NUM_THREADS": "1"}  # fmt: skip
+           "K3STACK_MODEL__URL": "http://127.0.0.1:9", "OMP_NUM_THREADS": "1",
+           "K3STACK_TOOLS__API_KEY": TOOLS_KEY}  # fmt: skip
     tools_env = {**env, "K3STACK_DATA_DIR": str(run / "tools"),
                  "K3STACK_DATABASE_URL": f"sqlite:///{run}/tools.db"}  # fmt: skip
     procs = [_start([sys.executable, "-m", "services.tools", "--port", str(port)], tools_env,
@@ -196,7 +200,8 @@ def _service(name: str, run: Path, extra: dict[str, str] | None = None):  # type
     base = {k: v for k, v in os.environ.items() if not k.startswith("K3STACK_")}
     env = {**base, "PYTHONPATH": str(REPO), "K3STACK_ENV_FILE": "/nonexistent",
            "K3STACK_DATA_DIR": str(run / name), "K3STACK_AUTH_ENABLED": "false",
-           "OMP_NUM_THREADS": "1", **(extra or {})}  # fmt: skip
+           "OMP_NUM_THREADS": "1", "K3STACK_TOOLS__API_KEY": TOOLS_KEY,
+           **(extra or {})}  # fmt: skip
     log = run / f"{name}.log"
     proc = _start([sys.executable, "-m", f"services.{name}", "--port", str(port)], env, log)
     _wait_text(log, "Application startup complete")
@@ -299,6 +304,7 @@ def main() -> None:
     parser.add_argument("--scenario-only", action="store_true", help="Only the scenario episode.")
     args = parser.parse_args()
     os.environ.setdefault("K3STACK_ENV_FILE", "/nonexistent")
+    os.environ["K3STACK_TOOLS__API_KEY"] = TOOLS_KEY  # the in-process runner's tools client
     with tempfile.TemporaryDirectory(prefix="k3-bench-orch-") as tmp:
         os.environ["K3STACK_DATA_DIR"] = tmp
         sc = scenario_step(args.scenario, Path(tmp))
