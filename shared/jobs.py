@@ -666,7 +666,12 @@ def reap(store: JobStore, app: Celery) -> list[JobView]:
 
 
 class JobReaper:
-    """Runs :func:`reap` every ``interval_s`` in a daemon thread (a service's lifespan)."""
+    """Runs :func:`reap` every ``interval_s`` in a daemon thread (a service's lifespan).
+
+    A service whose recovery does more than the shared rule (the orchestrator also releases a
+    finished episode's world and sandbox) overrides :meth:`reap_once`; the thread, its interval
+    and its stop stay this class's.
+    """
 
     def __init__(self, store: JobStore, app: Celery, interval_s: float) -> None:
         self.store, self.app, self.interval_s = store, app, interval_s
@@ -679,10 +684,14 @@ class JobReaper:
             self._thread.start()
         return self
 
+    def reap_once(self) -> object:
+        """One recovery pass."""
+        return reap(self.store, self.app)
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                reap(self.store, self.app)
+                self.reap_once()
             except Exception:  # noqa: BLE001 - a database hiccup must not end the loop
                 log.exception("job reaper pass failed")
 

@@ -3,7 +3,6 @@ their trajectories and reports; plus a fan-out health view of the platform."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -42,21 +41,6 @@ async def platform_status(request: Request) -> PlatformStatus:
     return PlatformStatus(healthy=all(r.healthy for r in results), services=list(results))
 
 
-def _reaper(app: FastAPI, stop: threading.Event, interval: float) -> None:
-    from services.orchestrator.episode.service import reap
-
-    while not stop.wait(interval):
-        try:
-            reap(app.state.db, app.state.services, app.state.enqueue)
-            from services.orchestrator.rollouts.service import reap_samples
-
-            reap_samples(app.state.db, app.state.rollout_enqueue)
-        except Exception:  # noqa: BLE001 - the reaper keeps going
-            import logging
-
-            logging.getLogger("k3stack.orchestrator").exception("reaper pass failed")
-
-
 def create_app(
     enqueue: Callable[[str], None] | None = None,
     rollout_enqueue: Callable[[str], None] | None = None,
@@ -65,7 +49,7 @@ def create_app(
     (default: the Celery tasks)."""
     from services.orchestrator.db import open_database
     from services.orchestrator.episode.runner import EpisodeStore
-    from services.orchestrator.episode.service import services_from_settings
+    from services.orchestrator.episode.service import EpisodeReaper, services_from_settings
     from services.orchestrator.rollouts.routes import router as rollouts_router
     from services.orchestrator.routes import router as episodes_router
 
@@ -90,14 +74,12 @@ def create_app(
             app.state.rollout_enqueue = enqueue_rollout_sample
         else:
             app.state.rollout_enqueue = rollout_enqueue
-        stop = threading.Event()
-        interval = settings.orchestrator.reaper_interval_s
-        if interval > 0:
-            threading.Thread(
-                target=_reaper, args=(app, stop, interval), daemon=True, name="episode-reaper"
-            ).start()
+        app.state.reaper = EpisodeReaper(
+            db, app.state.services, app.state.enqueue, app.state.rollout_enqueue,
+            settings.orchestrator.reaper_interval_s,
+        ).start()  # fmt: skip
         yield
-        stop.set()
+        app.state.reaper.stop()
         db.close()
 
     return create_service_app(

@@ -25,6 +25,7 @@ from services.orchestrator.harness.config import (
     load_harness,
     new_harness,
 )
+from services.orchestrator.tools.builtin import UnknownTools, check_tool_names
 from shared.settings import get_settings
 
 console = Console()
@@ -48,8 +49,10 @@ def harness_list() -> None:
     data_dir = get_settings().data_dir
     for name, where in list_harnesses(data_dir):
         try:
-            desc = load_harness(name, data_dir).description
-        except (HarnessError, KeyError) as exc:
+            cfg = load_harness(name, data_dir)
+            check_tool_names(cfg.tools)
+            desc = cfg.description
+        except (HarnessError, UnknownTools, KeyError) as exc:
             desc = f"[red]invalid: {exc}[/red]"
         table.add_row(name, where, desc, install_status(name))
     console.print(table)
@@ -61,8 +64,9 @@ def harness_show(name: str) -> None:
     data_dir = get_settings().data_dir
     try:
         cfg = load_harness(name, data_dir)
+        check_tool_names(cfg.tools)
         where = harness_path(name, data_dir)
-    except (HarnessError, KeyError) as exc:
+    except (HarnessError, UnknownTools, KeyError) as exc:
         _fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
         return
     console.print(f"# {where}", style="dim", highlight=False)

@@ -11,7 +11,9 @@ from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
 from services.orchestrator.episode.service import create_episode, episode_view, request_cancel
 from services.orchestrator.harness.config import HarnessConfig, HarnessError, load_harness
+from services.orchestrator.harness.memory import harness_skills, memory_problem
 from services.orchestrator.report import render_report
+from services.orchestrator.tools.builtin import UnknownTools, check_tool_names
 from shared.contracts.orchestrator import HarnessFidelity
 from shared.errors import APIError, bad_request, not_found
 from shared.trajectory import Trajectory
@@ -24,10 +26,18 @@ def _check_request(body: EpisodeCreate, request: Request) -> HarnessConfig:
     settings = request.app.state.settings
     try:
         harness = load_harness(body.harness, settings.data_dir)
+        check_tool_names(harness.tools)
     except KeyError as exc:
         raise bad_request(f"harness: {exc.args[0]}") from None
-    except HarnessError as exc:
-        raise bad_request(f"harness: {exc}") from None
+    except (HarnessError, UnknownTools) as exc:
+        raise bad_request(f"harness: {body.harness}: {exc}") from None
+    problem = memory_problem(harness, body.memory)
+    if problem:
+        raise bad_request(problem)
+    try:
+        harness_skills(harness, settings.data_dir)
+    except ValueError as exc:
+        raise bad_request(f"harness: {body.harness}: skills_dirs: {exc}") from None
     from shared.clients import ServiceError
 
     svc = request.app.state.services

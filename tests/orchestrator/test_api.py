@@ -42,6 +42,9 @@ def api(tools_url: str, sandbox_service_url: str, tmp_path, monkeypatch) -> Iter
     (harnesses / "no-prompt.yaml").write_text(
         "name: no-prompt\nsystem_prompt: missing.md.j2\ntools: [Bash]\n"
     )
+    (harnesses / "no-tool.yaml").write_text(
+        "name: no-tool\nsystem_prompt: claude-code.md.j2\ntools: [Bash, Teleport]\n"
+    )
     monkeypatch.setenv("K3STACK_DATABASE_URL", f"sqlite:///{tmp_path}/orch.db")
     monkeypatch.setenv("K3STACK_ORCHESTRATOR__REAPER_INTERVAL_S", "0")
     get_settings.cache_clear()
@@ -120,7 +123,10 @@ def test_every_preset_reaches_the_oracle_score(api, tools_url, preset: str) -> N
         ({"task": {"scenario": SCENARIO}, "policy": {"base_url": "not a url"}},
          "policy.base_url"),
         ({"task": {"scenario": SCENARIO}, "harness": "no-prompt"}, "system_prompt"),
+        ({"task": {"scenario": SCENARIO}, "harness": "no-tool"}, "Teleport"),
         ({"task": {"scenario": SCENARIO}, "memory": {"CLAUDE.md": "x" * 5_000_000}}, "memory"),
+        ({"task": {"scenario": SCENARIO}, "memory": {"NOTES.md": "x"}}, "memory.NOTES.md"),
+        ({"task": {"scenario": SCENARIO}, "memory": {"CLAUDE.md": "x" * 25_001}}, "25,000"),
     ],
 )  # fmt: skip
 def test_bad_input_is_a_400_naming_the_field(api, body: dict, field: str) -> None:

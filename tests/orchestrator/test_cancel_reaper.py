@@ -101,3 +101,43 @@ def test_an_episode_that_keeps_losing_its_worker_fails_worker_lost(orch_db, serv
         f"{services.tools.base_url}/worlds/{world.id}", timeout=30, headers=TOOLS_ADMIN
     )
     assert gone.status_code == 404
+
+
+def test_the_app_runs_the_shared_job_reaper(tmp_path, monkeypatch) -> None:
+    """The service's reaper is the shared JobReaper's thread with the episode pass: it re-queues
+    a lapsed episode on its own, and stops with the app."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from services.orchestrator.app import create_app
+    from shared.jobs import JobReaper
+    from shared.settings import get_settings
+
+    for name in ("TOOLS", "MODEL", "SANDBOX"):
+        monkeypatch.setenv(f"K3STACK_{name}__URL", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setenv("K3STACK_DATABASE_URL", f"sqlite:///{tmp_path}/orch.db")
+    monkeypatch.setenv("K3STACK_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("K3STACK_ORCHESTRATOR__REAPER_INTERVAL_S", "0.05")
+    get_settings.cache_clear()
+    queued: list[str] = []
+    app = create_app(enqueue=queued.append, rollout_enqueue=lambda _id: None)
+    try:
+        with TestClient(app):
+            reaper = app.state.reaper
+            assert isinstance(reaper, JobReaper) and reaper._thread and reaper._thread.is_alive()
+            db = app.state.db
+            body = EpisodeCreate.model_validate({"task": {"instruction": "hi"}})
+            lapsed = create_episode(db, body, lambda _id: None)
+            with db.session() as s:
+                row = s.get(EpisodeRow, lapsed)
+                row.status, row.owner = "running", "gone-host:1:1"
+                lease = get_settings().orchestrator.lease_s
+                row.heartbeat_at = now_utc() - timedelta(seconds=lease + 1)
+            deadline = time.monotonic() + 60
+            while not queued and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert queued == [lapsed] and status(db, lapsed).status == "queued"
+        assert not reaper._thread.is_alive()
+    finally:
+        get_settings.cache_clear()

@@ -9,7 +9,10 @@ import json
 import pytest
 
 from services.orchestrator.context.compaction import (
+    STRATEGIES,
+    Compaction,
     Compactor,
+    Strategy,
     calls_paired,
     has_sections,
     units,
@@ -210,3 +213,36 @@ def test_the_model_counter_asks_once_per_message_and_matches_the_whole_count(mod
         counter.count(messages, tools)
         assert counter.calls == calls + 1
     assert abs(counted - whole) <= 3 * len(messages), (counted, whole)
+
+
+def test_strategies_are_registered_classes_the_compactor_dispatches_to(monkeypatch) -> None:
+    """Every policy a harness may name has a registered Strategy class; the Compactor finds it
+    by name (a replacement registered under the name is what runs); an unknown name is an
+    error listing the known ones."""
+    from typing import get_args
+
+    from services.orchestrator.harness.config import ContextPolicy
+
+    names = set(get_args(ContextPolicy.model_fields["policy"].annotation))
+    assert names == set(STRATEGIES)
+    assert all(issubclass(cls, Strategy) and cls.name == n for n, cls in STRATEGIES.items())
+    seen: list[int] = []
+
+    class Recording(Strategy):
+        def compact(self, c, messages, before, number):  # type: ignore[no-untyped-def]
+            seen.append(number)
+            return Compaction("recorded", messages[:1], before, c.count(messages[:1]))
+
+    monkeypatch.setitem(STRATEGIES, "masking", Recording)
+    cfg = load_harness("claude-code").context
+    cfg.policy = "masking"
+    comp = Compactor(cfg, WINDOW, ApproxTokenCounter(), lambda m, p: "unused")
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u " * 50}]
+    out = comp.compact(msgs, number=4)
+    assert (out.kind, seen, len(out.messages)) == ("recorded", [4], 1)
+    cfg.policy = "none"
+    assert not comp.needed(msgs, tokens=10**9)
+    monkeypatch.delitem(STRATEGIES, "summary")
+    cfg.policy = "summary"
+    with pytest.raises(ValueError, match="unknown compaction policy 'summary'"):
+        comp.compact(msgs)

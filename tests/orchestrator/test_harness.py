@@ -20,7 +20,7 @@ from services.orchestrator.harness.config import (
 )
 from services.orchestrator.harness.prompt import render_system_prompt
 from services.orchestrator.skills import load_skills, parse_skill
-from services.orchestrator.tools.builtin import CATALOGUE
+from services.orchestrator.tools.builtin import CATALOGUE, UnknownTools, toolset_of
 
 NATIVE = {
     "claude-code": {"Bash", "Read", "Write", "Edit", "Glob", "Grep", "TodoWrite", "Agent"},
@@ -104,9 +104,17 @@ def test_wrong_type_names_the_key_and_the_file(tmp_path: Path) -> None:
 
 
 def test_unknown_tool_and_bad_yaml(tmp_path: Path) -> None:
+    """The harness only names its tools: the catalogue resolves the names and rejects an
+    unknown one, naming it and the known ones; a repeated name is the harness's own error."""
     data = yaml.safe_load(Path(load_harness_path("claude-code")).read_text())
     data["tools"].append("Teleport")
-    with pytest.raises(HarnessError, match="Teleport"):
+    cfg = load_harness_file(_write(tmp_path, data))
+    with pytest.raises(UnknownTools, match="Teleport") as err:
+        toolset_of(cfg.tools)
+    assert "Bash" in str(err.value)
+    assert toolset_of(load_harness("claude-code").tools).names()[0] == "Bash"
+    data["tools"][-1] = "Bash"
+    with pytest.raises(HarnessError, match="listed twice"):
         load_harness_file(_write(tmp_path, data))
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")
@@ -171,3 +179,30 @@ def test_skills_load_and_validate(tmp_path: Path) -> None:
         parse_skill("no frontmatter", "x/SKILL.md")
     with pytest.raises(ValueError, match="name"):
         parse_skill("---\nname: ''\ndescription: d\n---\nbody", "x/SKILL.md")
+
+
+def test_the_harness_never_imports_the_tool_catalogue() -> None:
+    """The arrow points one way: tools know nothing of harnesses and the harness modules import
+    nothing from tools/ (statically, and nothing drags it in at run time either)."""
+    import subprocess
+    import sys
+
+    from tests.contract.test_layering import imported_modules
+
+    root = Path(__file__).resolve().parents[2]
+    harness_dir = root / "services" / "orchestrator" / "harness"
+    found = [
+        f"{path.name}:{line} imports {mod}"
+        for path in sorted(harness_dir.rglob("*.py"))
+        for line, mod in imported_modules(path, root)
+        if mod.startswith("services.orchestrator.tools")
+    ]
+    assert not found, found
+    probe = (
+        "import sys; from services.orchestrator.harness.config import load_harness; "
+        "load_harness('claude-code'); "
+        "print(sorted(m for m in sys.modules if m.startswith('services.orchestrator.tools')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True,
+                         text=True, timeout=60, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout

@@ -1,6 +1,6 @@
 """Every preset's advertised tool schemas are valid JSON Schema whose ``required`` lists only
 properties it declares, and a call built from each schema passes the tool's own argument
-model (and, for tools on the episode's own state, its executor)."""
+model and the executor, which receives that model (sandbox tools against a recording stand-in)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from services.orchestrator.harness.config import PRESET_NAMES, load_harness
+from services.orchestrator.tools.base import ToolFailure
 from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
 
 
@@ -79,9 +80,34 @@ def test_every_advertised_schema_is_valid_and_satisfiable(preset: str, key: str)
     args = example(schema, schema)
     Draft202012Validator(schema).validate(args)
     validated = tool.validate(args)  # the executor's own argument model accepts it
-    if tool.effect == "state":
-        ctx = ToolContext(scratch={})
-        assert isinstance(tool.run(ctx, validated), str)
+    assert type(validated) is tool.args_model  # and the executor gets the model, not a dict
+    ctx = ToolContext(sandbox=RecordingSandbox(), sandbox_id="sb", scratch={},
+                      subagent=lambda kind, prompt: f"{kind} did {prompt}")  # fmt: skip
+    try:
+        out = tool.run(ctx, validated)
+    except ToolFailure as exc:  # an observation for the agent (an unknown skill, say)
+        out = f"Error: {exc}"
+    assert isinstance(out, str) and out
+
+
+class RecordingSandbox:
+    """A stand-in for the sandbox client (the executors' contract, not the service's): every
+    file holds ``x``, every command succeeds."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def exec(self, sandbox_id: str, command: Any, timeout: float, cwd: str) -> dict[str, Any]:
+        return {"stdout": f"ran {command}", "stderr": "", "exit_code": 0, "duration_ms": 1}
+
+    def read_file(self, sandbox_id: str, path: str) -> bytes:
+        return self.files.get(path, "x").encode()
+
+    def write_file(self, sandbox_id: str, path: str, text: str) -> None:
+        self.files[path] = text
+
+    def remove(self, sandbox_id: str, path: str) -> None:
+        self.files.pop(path, None)
 
 
 def test_a_property_named_title_stays_in_the_schema() -> None:

@@ -111,6 +111,101 @@ class Compaction:
     call: Summary | None = None  # the summarising model call, when one was made
 
 
+class Strategy:
+    """One compaction policy (``ContextPolicy.policy`` names it); registered with
+    :func:`strategy`, found by name, so a new policy is a new class, not another branch."""
+
+    name = ""
+    compacts = True  # False: the context is never compacted (needed() is always False)
+
+    def compact(
+        self, c: Compactor, messages: list[Message], before: int, number: int
+    ) -> Compaction:
+        raise NotImplementedError
+
+
+STRATEGIES: dict[str, type[Strategy]] = {}
+
+
+def strategy(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
+    """Register a :class:`Strategy` subclass under the policy name a harness gives."""
+
+    def register(cls: type[Strategy]) -> type[Strategy]:
+        cls.name = name
+        STRATEGIES[name] = cls
+        return cls
+
+    return register
+
+
+def strategy_for(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown compaction policy {name!r}; known: {sorted(STRATEGIES)}"
+        ) from None
+
+
+@strategy("none")
+class NoCompaction(Strategy):
+    """The context grows until the window refuses it."""
+
+    compacts = False
+
+    def compact(
+        self, c: Compactor, messages: list[Message], before: int, number: int
+    ) -> Compaction:
+        return Compaction("none", list(messages), before, before)
+
+
+@strategy("summary")
+class SummaryStrategy(Strategy):
+    """The middle of the context becomes one summary (head and tail kept as the preset says)."""
+
+    def compact(
+        self, c: Compactor, messages: list[Message], before: int, number: int
+    ) -> Compaction:
+        return c._summary(messages, before)
+
+
+@strategy("masking")
+class MaskingStrategy(Strategy):
+    """Oldest tool results replaced by a placeholder until the context fits."""
+
+    def compact(
+        self, c: Compactor, messages: list[Message], before: int, number: int
+    ) -> Compaction:
+        return c._mask(messages, before, clear_only_long=False)
+
+
+@strategy("clearing")
+class ClearingStrategy(Strategy):
+    """Every old tool output longer than ``clear_min_chars`` cleared."""
+
+    def compact(
+        self, c: Compactor, messages: list[Message], before: int, number: int
+    ) -> Compaction:
+        return c._mask(messages, before, clear_only_long=True)
+
+
+@strategy("hybrid")
+class HybridStrategy(Strategy):
+    """Masking, with a summary every ``summary_every``-th time or when masking falls short."""
+
+    def compact(
+        self, c: Compactor, messages: list[Message], before: int, number: int
+    ) -> Compaction:
+        out = c._mask(messages, before, clear_only_long=False, drop=False)
+        if (number + 1) % c.cfg.summary_every == 0 or out.tokens_after >= c.threshold:
+            summarised = c._summary(out.messages, before)
+            summarised.kind = "hybrid"
+            summarised.masked = out.masked
+            return summarised
+        out.kind = "hybrid"
+        return out
+
+
 class Compactor:
     def __init__(
         self,
@@ -125,6 +220,12 @@ class Compactor:
         self.counter = counter
         self.summarize = summarize
         self.tools = tools or []
+
+    @property
+    def strategy(self) -> Strategy:
+        """The registered strategy the policy names (looked up each time: strategies hold no
+        state, and a harness edited in place takes effect)."""
+        return strategy_for(self.cfg.policy)
 
     @property
     def threshold(self) -> int:
@@ -146,34 +247,15 @@ class Compactor:
         return head
 
     def needed(self, messages: list[Message], tokens: int | None = None) -> bool:
-        if self.cfg.policy == "none":
+        if not self.strategy.compacts:
             return False
         return (tokens if tokens is not None else self.count(messages)) >= self.threshold
 
     def compact(self, messages: list[Message], number: int = 0) -> Compaction:
         """Compact ``messages`` (system prompt first); ``number`` = compactions so far."""
-        before = self.count(messages)
-        policy = self.cfg.policy
-        if policy == "none":
-            return Compaction("none", list(messages), before, before)
-        if policy == "summary":
-            out = self._summary(messages, before)
-        elif policy == "masking":
-            out = self._mask(messages, before, clear_only_long=False)
-        elif policy == "clearing":
-            out = self._mask(messages, before, clear_only_long=True)
-        else:  # hybrid: masking, with a summary every Nth time or when masking falls short
-            out = self._mask(messages, before, clear_only_long=False, drop=False)
-            if (number + 1) % self.cfg.summary_every == 0 or out.tokens_after >= self.threshold:
-                summarised = self._summary(out.messages, before)
-                summarised.kind = "hybrid"
-                summarised.masked = out.masked
-                out = summarised
-            else:
-                out.kind = "hybrid"
-        return out
+        return self.strategy.compact(self, messages, self.count(messages), number)
 
-    # -- policies ----------------------------------------------------------------------------
+    # -- the strategies' building blocks ---------------------------------------------------------
 
     def _split(self, messages: list[Message]) -> tuple[Message, list[list[Message]]]:
         return messages[0], units(messages[1:])

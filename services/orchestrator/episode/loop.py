@@ -316,7 +316,7 @@ class Loop:
         rt.journal.finish(key, observation, is_error)
         return observation, is_error, False
 
-    def _run(self, tool: Tool, args: dict[str, Any]) -> tuple[str, bool, bool]:
+    def _run(self, tool: Tool, args: Any) -> tuple[str, bool, bool]:
         """Run on the loop's tool thread, so a call that hangs times out (the stuck thread is
         then abandoned and the next call gets a fresh one); state tools run inline."""
         timeout = self.rt.harness.budgets.tool_timeout_s

@@ -29,10 +29,10 @@ from services.orchestrator.episode.protocols import Policy
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig, load_harness
+from services.orchestrator.harness.memory import harness_skills, memory_context
 from services.orchestrator.harness.prompt import render_system_prompt
-from services.orchestrator.skills import load_skills
 from services.orchestrator.tools.base import ToolSet
-from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
+from services.orchestrator.tools.builtin import ToolContext, toolset_of
 from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
 from shared.jobs import FINISHED, JobCancelled, JobPolicy, JobRun, JobStore, heartbeats, new_owner
 
@@ -310,14 +310,14 @@ class EpisodeRunner:
             with self.db.session() as s:
                 s.get(EpisodeRow, self.id).sandbox_id = sandbox_id
         now = (self.svc.tools.clock(world["id"]).now if world else now_utc()).isoformat()
-        skills = load_skills()
+        skills = harness_skills(harness, self.svc.settings.data_dir)
         environment = {"cwd": "/root", "shell": "sh"} if sandbox_id else {}
         if scenario:
             environment["user"] = f"{scenario['user']['name']} <{scenario['user']['email']}>"
         system = render_system_prompt(
             harness.system_prompt,
             environment=environment,
-            memory={k: v[: harness.memory_max_chars] for k, v in request.memory.items()},
+            memory=memory_context(harness, request.memory),
             skills=[{"name": k, "description": v["description"]} for k, v in skills.items()],
             now=now,
             reasoning_effort=harness.reasoning_effort,
@@ -348,9 +348,7 @@ class EpisodeRunner:
     def _runtime(
         self, request: EpisodeCreate, harness: HarnessConfig, state: dict[str, Any]
     ) -> Runtime:
-        tools = ToolSet()
-        for key in harness.tools:
-            tools.add(CATALOGUE[key])
+        tools = toolset_of(harness.tools)
         world = None
         names: dict[str, str] = {}
         scenario = state.get("scenario")
@@ -378,7 +376,7 @@ class EpisodeRunner:
             sandbox=self.svc.sandbox if state.get("sandbox_id") else None,
             sandbox_id=state.get("sandbox_id"),
             scratch=state["scratch"],
-            skills=load_skills(),
+            skills=harness_skills(harness, self.svc.settings.data_dir),
             timeout_s=harness.budgets.tool_timeout_s,
         )
         rt = Runtime(

@@ -22,6 +22,7 @@ from services.orchestrator.episode.runner import (
 )
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EventResult
 from shared.errors import APIError
+from shared.jobs import JobReaper
 
 log = logging.getLogger("k3stack.orchestrator")
 
@@ -169,3 +170,27 @@ def reap(
             release_resources(db, svc, episode_id)
             released.append(episode_id)
     return {"requeued": requeued, "released": released}
+
+
+class EpisodeReaper(JobReaper):
+    """The shared :class:`JobReaper` thread with the orchestrator's pass: lapsed episodes
+    re-queued (their resources released once finished), then lapsed rollout samples."""
+
+    def __init__(
+        self,
+        db: Any,
+        svc: Services | None,
+        enqueue: Callable[[str], None],
+        sample_enqueue: Callable[[str], None],
+        interval_s: float,
+    ) -> None:
+        store = EpisodeStore(db, svc.settings if svc else None)
+        super().__init__(store, None, interval_s)  # type: ignore[arg-type] # no Celery app: its own enqueue
+        self.db, self.svc, self.enqueue, self.sample_enqueue = db, svc, enqueue, sample_enqueue
+
+    def reap_once(self) -> dict[str, list[str]]:
+        from services.orchestrator.rollouts.service import reap_samples
+
+        out = reap(self.db, self.svc, self.enqueue, self.store)  # type: ignore[arg-type]
+        out["samples"] = reap_samples(self.db, self.sample_enqueue)
+        return out

@@ -112,7 +112,10 @@ class HarnessConfig(_Strict):
         "preset (services/orchestrator/installed/catalog.py), its model calls recorded.",
     )
     system_prompt: str = Field(description="Template file under prompts/ (or inline Jinja).")
-    tools: list[str] = Field(description="Native tool names, from the built-in catalogue.")
+    tools: list[str] = Field(
+        description="Native tool names; the tool catalogue (services/orchestrator/tools) resolves "
+        "them, the harness only names them."
+    )
     mcp_tool_name: str = Field(
         "{tool}", description="How world app tools are named: {server} and {tool}."
     )
@@ -125,12 +128,10 @@ class HarnessConfig(_Strict):
     subagents: dict[str, Subagent] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _tools_known(self) -> HarnessConfig:
-        from services.orchestrator.tools.builtin import CATALOGUE
-
-        unknown = [t for t in self.tools if t not in CATALOGUE]
-        if unknown:
-            raise ValueError(f"unknown tools {unknown}; known: {sorted(CATALOGUE)}")
+    def _checked(self) -> HarnessConfig:
+        repeated = sorted({t for t in self.tools if self.tools.count(t) > 1})
+        if repeated:
+            raise ValueError(f"tools listed twice: {repeated}")
         if "{tool}" not in self.mcp_tool_name:
             raise ValueError("mcp_tool_name must contain {tool}")
         from services.orchestrator.harness.prompt import check_template

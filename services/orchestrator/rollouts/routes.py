@@ -14,6 +14,7 @@ from services.orchestrator.rollouts.service import (
     rollout_queue,
     rollout_view,
 )
+from services.orchestrator.tools.builtin import UnknownTools, check_tool_names
 from shared.errors import bad_request, not_found
 
 router = APIRouter(tags=["rollouts"])
@@ -37,10 +38,10 @@ def _view(request: Request, rollout_id: str) -> RolloutView:
 def post_rollout(body: RolloutCreate, request: Request) -> RolloutView:
     """Queue tasks x K samples, one Celery task each; K samples of a task fork one setup."""
     try:
-        load_harness(body.harness, request.app.state.settings.data_dir)
+        check_tool_names(load_harness(body.harness, request.app.state.settings.data_dir).tools)
     except KeyError as exc:
         raise bad_request(f"harness: {exc.args[0]}") from None
-    except HarnessError as exc:
+    except (HarnessError, UnknownTools) as exc:
         raise bad_request(f"harness: {exc}") from None
     rid = create_rollout(request.app.state.db, body, request.app.state.rollout_enqueue,
                          rollout_queue(request.app.state.settings))  # fmt: skip

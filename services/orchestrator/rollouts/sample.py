@@ -32,8 +32,7 @@ from services.orchestrator.rollouts.models import RolloutRow, SampleRow, Segment
 from services.orchestrator.rollouts.schema import RolloutCreate
 from services.orchestrator.rollouts.setup import base_setup, fork_setup
 from services.orchestrator.rollouts.tokens import Segment, TokenPolicy, TokenState
-from services.orchestrator.tools.base import ToolSet
-from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
+from services.orchestrator.tools.builtin import ToolContext, toolset_of
 from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
 from shared.jobs import JobCancelled, JobRun
 
@@ -174,9 +173,7 @@ class SampleRunner:
         harness.budgets.max_output_tokens = request.budgets.max_output_tokens
         harness.budgets.max_tokens = NO_COMPACTION
         harness.reasoning_effort = request.effort  # type: ignore[assignment]
-        tools = ToolSet()
-        for key in harness.tools:
-            tools.add(CATALOGUE[key])
+        tools = toolset_of(harness.tools)
         world, names = None, {}
         if state.get("world"):
             w, scenario = state["world"], state.get("scenario") or {}

@@ -27,7 +27,8 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    run: Callable[[Any, dict[str, Any]], str]
+    # an executor gets its validated ``args_model`` instance (a tool without one: the dict)
+    run: Callable[[Any, Any], str]
     effect: Effect = "none"
     args_model: type[BaseModel] | None = None
     source: str = ""  # "app/tool" for world tools
@@ -43,13 +44,14 @@ class Tool:
             },
         }
 
-    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, arguments: dict[str, Any]) -> BaseModel | dict[str, Any]:
+        """The arguments as the executor takes them: an instance of ``args_model`` (the
+        executor reads typed fields, never a dict), or the dict when the tool has none (a
+        world tool: the tools service validates its own arguments)."""
         if self.args_model is None:
             return arguments
         try:
-            return self.args_model.model_validate(arguments).model_dump(
-                by_alias=True, exclude_none=True
-            )
+            return self.args_model.model_validate(arguments)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.orchestrator import apply_patch as patchlib
-from services.orchestrator.tools.base import Effect, Tool, ToolFailure, schema_of
+from services.orchestrator.tools.base import Effect, Tool, ToolFailure, ToolSet, schema_of
 
 
 class Args(BaseModel):
@@ -110,10 +110,11 @@ CATALOGUE: dict[str, Tool] = {}
 
 def builtin(
     key: str, args: type[Args], effect: Effect = "sandbox", name: str | None = None
-) -> Callable[[Callable[[ToolContext, dict[str, Any]], str]], Callable]:
-    """Register an executor as catalogue entry ``key`` (public name ``name`` or ``key``)."""
+) -> Callable[[Callable[[ToolContext, Any], str]], Callable]:
+    """Register an executor as catalogue entry ``key`` (public name ``name`` or ``key``); the
+    executor is called with a validated ``args`` instance."""
 
-    def register(fn: Callable[[ToolContext, dict[str, Any]], str]) -> Callable:
+    def register(fn: Callable[[ToolContext, Any], str]) -> Callable:
         CATALOGUE[key] = Tool(
             name=name or key,
             description=" ".join((fn.__doc__ or key).split()),
@@ -168,7 +169,16 @@ def _patch(ctx: ToolContext, text: str) -> str:
         raise ToolFailure(str(exc)) from None
 
 
-def _set_todos(ctx: ToolContext, todos: list[dict[str, Any]], key: str = "todos") -> str:
+def _plain(items: list[Any]) -> list[dict[str, Any]]:
+    """Validated items as the JSON the episode state persists (the names the model used)."""
+    return [
+        i.model_dump(by_alias=True, exclude_none=True) if isinstance(i, BaseModel) else i
+        for i in items
+    ]
+
+
+def _set_todos(ctx: ToolContext, todos: list[Any], key: str = "todos") -> str:
+    todos = _plain(todos)
     ctx.scratch[key] = todos
     return json.dumps({key: todos})
 
@@ -209,10 +219,10 @@ class BashArgs(Args):
 
 
 @builtin("Bash", BashArgs)
-def bash(ctx: ToolContext, a: dict[str, Any]) -> str:
+def bash(ctx: ToolContext, a: BashArgs) -> str:
     """Executes a bash command in the sandbox and returns its output."""
-    timeout = a["timeout"] / 1000 if a.get("timeout") else 120.0
-    return _output(ctx.exec(a["command"], timeout)) or "(no output)"
+    timeout = a.timeout / 1000 if a.timeout else 120.0
+    return _output(ctx.exec(a.command, timeout)) or "(no output)"
 
 
 class ReadArgs(Args):
@@ -222,9 +232,9 @@ class ReadArgs(Args):
 
 
 @builtin("Read", ReadArgs, effect="none")
-def read(ctx: ToolContext, a: dict[str, Any]) -> str:
+def read(ctx: ToolContext, a: ReadArgs) -> str:
     """Reads a file (up to 2000 lines, cat -n format)."""
-    return _numbered(ctx.read(a["file_path"]), a.get("offset", 1), a.get("limit", 2000))
+    return _numbered(ctx.read(a.file_path), a.offset or 1, a.limit or 2000)
 
 
 class WriteArgs(Args):
@@ -233,10 +243,10 @@ class WriteArgs(Args):
 
 
 @builtin("Write", WriteArgs)
-def write(ctx: ToolContext, a: dict[str, Any]) -> str:
+def write(ctx: ToolContext, a: WriteArgs) -> str:
     """Writes a file, replacing any existing one."""
-    ctx.write(a["file_path"], a["content"])
-    return f"File created successfully at: {a['file_path']}"
+    ctx.write(a.file_path, a.content)
+    return f"File created successfully at: {a.file_path}"
 
 
 class EditArgs(Args):
@@ -247,9 +257,9 @@ class EditArgs(Args):
 
 
 @builtin("Edit", EditArgs)
-def edit(ctx: ToolContext, a: dict[str, Any]) -> str:
+def edit(ctx: ToolContext, a: EditArgs) -> str:
     """Replaces an exact, unique string in a file."""
-    return _replace(ctx, a["file_path"], a["old_string"], a["new_string"], a["replace_all"])
+    return _replace(ctx, a.file_path, a.old_string, a.new_string, a.replace_all)
 
 
 class GlobArgs(Args):
@@ -258,9 +268,9 @@ class GlobArgs(Args):
 
 
 @builtin("Glob", GlobArgs, effect="none")
-def glob_(ctx: ToolContext, a: dict[str, Any]) -> str:
+def glob_(ctx: ToolContext, a: GlobArgs) -> str:
     """Finds files by glob pattern."""
-    return _find(ctx, a["pattern"], a.get("path", ""))
+    return _find(ctx, a.pattern, a.path or "")
 
 
 class GrepArgs(Args):
@@ -272,14 +282,11 @@ class GrepArgs(Args):
 
 
 @builtin("Grep", GrepArgs, effect="none")
-def grep(ctx: ToolContext, a: dict[str, Any]) -> str:
+def grep(ctx: ToolContext, a: GrepArgs) -> str:
     """Searches file contents with a regular expression."""
-    flags = "-i" if a.get("-i") else ""
-    if a.get("output_mode") == "files_with_matches":
-        flags += " -l"
-    elif a.get("output_mode") == "count":
-        flags += " -c"
-    return _grep(ctx, a["pattern"], a.get("path", ""), flags, a.get("glob", ""))
+    flags = "-i" if a.case_insensitive else ""
+    flags += {"files_with_matches": " -l", "count": " -c"}.get(a.output_mode or "", "")
+    return _grep(ctx, a.pattern, a.path or "", flags, a.glob or "")
 
 
 class ClaudeTodo(Args):
@@ -293,9 +300,9 @@ class TodoWriteArgs(Args):
 
 
 @builtin("TodoWrite", TodoWriteArgs, effect="state")
-def todo_write(ctx: ToolContext, a: dict[str, Any]) -> str:
+def todo_write(ctx: ToolContext, a: TodoWriteArgs) -> str:
     """Creates and updates the structured task list for this session."""
-    _set_todos(ctx, a["todos"])
+    _set_todos(ctx, a.todos)
     return "Todos have been modified successfully."
 
 
@@ -306,9 +313,9 @@ class AgentArgs(Args):
 
 
 @builtin("Agent", AgentArgs, effect="world")
-def agent(ctx: ToolContext, a: dict[str, Any]) -> str:
+def agent(ctx: ToolContext, a: AgentArgs) -> str:
     """Launches a sub-agent to handle a task on its own and returns its report."""
-    return _delegate(ctx, a["subagent_type"], a["prompt"])
+    return _delegate(ctx, a.subagent_type, a.prompt)
 
 
 class SkillArgs(Args):
@@ -316,9 +323,9 @@ class SkillArgs(Args):
 
 
 @builtin("Skill", SkillArgs, effect="none")
-def skill(ctx: ToolContext, a: dict[str, Any]) -> str:
+def skill(ctx: ToolContext, a: SkillArgs) -> str:
     """Loads a skill (its SKILL.md instructions) by name."""
-    return _skill(ctx, a["skill"])
+    return _skill(ctx, a.skill)
 
 
 # --- Codex ----------------------------------------------------------------------------------
@@ -332,13 +339,13 @@ class ShellArgs(Args):
 
 
 @builtin("shell", ShellArgs)
-def shell(ctx: ToolContext, a: dict[str, Any]) -> str:
+def shell(ctx: ToolContext, a: ShellArgs) -> str:
     """Runs a command (argv) in the sandbox; returns exit code and output."""
-    timeout = a["timeout_ms"] / 1000 if a.get("timeout_ms") else None
-    argv = a["command"]
+    timeout = a.timeout_ms / 1000 if a.timeout_ms else None
+    argv = a.command
     if argv and argv[0] in ("apply_patch", "applypatch") and len(argv) == 2:
         return _patch(ctx, argv[1])
-    res = ctx.exec(argv, timeout, a.get("workdir", ""))
+    res = ctx.exec(argv, timeout, a.workdir or "")
     return json.dumps(
         {
             "output": _output(res),
@@ -355,9 +362,9 @@ class ApplyPatchArgs(Args):
 
 
 @builtin("apply_patch", ApplyPatchArgs)
-def apply_patch(ctx: ToolContext, a: dict[str, Any]) -> str:
+def apply_patch(ctx: ToolContext, a: ApplyPatchArgs) -> str:
     """Edits files with a patch (*** Begin Patch / *** Add|Update|Delete File / *** End Patch)."""
-    return _patch(ctx, a["input"])
+    return _patch(ctx, a.input)
 
 
 class PlanItem(Args):
@@ -371,9 +378,9 @@ class UpdatePlanArgs(Args):
 
 
 @builtin("update_plan", UpdatePlanArgs, effect="state")
-def update_plan(ctx: ToolContext, a: dict[str, Any]) -> str:
+def update_plan(ctx: ToolContext, a: UpdatePlanArgs) -> str:
     """Updates the task plan."""
-    _set_todos(ctx, a["plan"], "plan")
+    _set_todos(ctx, a.plan, "plan")
     return "Plan updated"
 
 
@@ -383,9 +390,9 @@ class SpawnAgentArgs(Args):
 
 
 @builtin("spawn_agent", SpawnAgentArgs, effect="world")
-def spawn_agent(ctx: ToolContext, a: dict[str, Any]) -> str:
+def spawn_agent(ctx: ToolContext, a: SpawnAgentArgs) -> str:
     """Spawns a sub-agent with a task message and returns its final answer."""
-    return _delegate(ctx, a.get("agent_type") or "default", a["message"])
+    return _delegate(ctx, a.agent_type or "default", a.message)
 
 
 # --- Kimi Code ------------------------------------------------------------------------------
@@ -398,9 +405,9 @@ class KimiShellArgs(Args):
 
 
 @builtin("Shell", KimiShellArgs)
-def kimi_shell(ctx: ToolContext, a: dict[str, Any]) -> str:
+def kimi_shell(ctx: ToolContext, a: KimiShellArgs) -> str:
     """Executes a shell command."""
-    res = ctx.exec(a["command"], a.get("timeout"))
+    res = ctx.exec(a.command, a.timeout)
     return _output(res) + f"\nCommand executed with exit code {res.get('exit_code')}."
 
 
@@ -411,9 +418,9 @@ class ReadFileArgs(Args):
 
 
 @builtin("ReadFile", ReadFileArgs, effect="none")
-def read_file(ctx: ToolContext, a: dict[str, Any]) -> str:
+def read_file(ctx: ToolContext, a: ReadFileArgs) -> str:
     """Reads a text file, numbered by line."""
-    return _numbered(ctx.read(a["path"]), a.get("line_offset", 1), a.get("n_lines", 1000))
+    return _numbered(ctx.read(a.path), a.line_offset or 1, a.n_lines or 1000)
 
 
 class WriteFileArgs(Args):
@@ -423,16 +430,16 @@ class WriteFileArgs(Args):
 
 
 @builtin("WriteFile", WriteFileArgs)
-def write_file(ctx: ToolContext, a: dict[str, Any]) -> str:
+def write_file(ctx: ToolContext, a: WriteFileArgs) -> str:
     """Writes (or appends to) a file."""
-    text = a["content"]
-    if a["mode"] == "append":
+    text = a.content
+    if a.mode == "append":
         try:
-            text = ctx.read(a["path"]) + text
+            text = ctx.read(a.path) + text
         except ToolFailure:
             pass
-    ctx.write(a["path"], text)
-    return f"File successfully written: {a['path']}"
+    ctx.write(a.path, text)
+    return f"File successfully written: {a.path}"
 
 
 class KimiEdit(Args):
@@ -447,10 +454,9 @@ class StrReplaceFileArgs(Args):
 
 
 @builtin("StrReplaceFile", StrReplaceFileArgs)
-def str_replace_file(ctx: ToolContext, a: dict[str, Any]) -> str:
+def str_replace_file(ctx: ToolContext, a: StrReplaceFileArgs) -> str:
     """Replaces a string in a file."""
-    e = a["edit"]
-    return _replace(ctx, a["path"], e["old"], e["new"], e.get("replace_all", False))
+    return _replace(ctx, a.path, a.edit.old, a.edit.new, a.edit.replace_all)
 
 
 class KimiTodo(Args):
@@ -463,9 +469,9 @@ class SetTodoListArgs(Args):
 
 
 @builtin("SetTodoList", SetTodoListArgs, effect="state")
-def set_todo_list(ctx: ToolContext, a: dict[str, Any]) -> str:
+def set_todo_list(ctx: ToolContext, a: SetTodoListArgs) -> str:
     """Sets the whole todo list."""
-    _set_todos(ctx, a["todos"])
+    _set_todos(ctx, a.todos)
     return "Todo list updated"
 
 
@@ -477,9 +483,9 @@ class KimiAgentArgs(Args):
 
 
 @builtin("Agent@kimi", KimiAgentArgs, effect="world", name="Agent")
-def kimi_agent(ctx: ToolContext, a: dict[str, Any]) -> str:
+def kimi_agent(ctx: ToolContext, a: KimiAgentArgs) -> str:
     """Delegates a task to a sub-agent (coder, explore, plan) and returns its result."""
-    return _delegate(ctx, a["subagent_type"], a["prompt"])
+    return _delegate(ctx, a.subagent_type, a.prompt)
 
 
 # --- OpenClaw -------------------------------------------------------------------------------
@@ -492,11 +498,11 @@ class ClawReadArgs(Args):
 
 
 @builtin("read", ClawReadArgs, effect="none")
-def claw_read(ctx: ToolContext, a: dict[str, Any]) -> str:
+def claw_read(ctx: ToolContext, a: ClawReadArgs) -> str:
     """Reads a file (text)."""
-    lines = ctx.read(a["path"]).splitlines()
-    start = a.get("offset", 1) - 1
-    return "\n".join(lines[start : start + a.get("limit", 2000)])
+    lines = ctx.read(a.path).splitlines()
+    start = (a.offset or 1) - 1
+    return "\n".join(lines[start : start + (a.limit or 2000)])
 
 
 class ClawWriteArgs(Args):
@@ -505,10 +511,10 @@ class ClawWriteArgs(Args):
 
 
 @builtin("write", ClawWriteArgs)
-def claw_write(ctx: ToolContext, a: dict[str, Any]) -> str:
+def claw_write(ctx: ToolContext, a: ClawWriteArgs) -> str:
     """Writes a file."""
-    ctx.write(a["path"], a["content"])
-    return f"Successfully wrote {len(a['content'])} bytes to {a['path']}"
+    ctx.write(a.path, a.content)
+    return f"Successfully wrote {len(a.content)} bytes to {a.path}"
 
 
 class ClawEditArgs(Args):
@@ -518,9 +524,9 @@ class ClawEditArgs(Args):
 
 
 @builtin("edit", ClawEditArgs)
-def claw_edit(ctx: ToolContext, a: dict[str, Any]) -> str:
+def claw_edit(ctx: ToolContext, a: ClawEditArgs) -> str:
     """Replaces exact text in a file."""
-    return _replace(ctx, a["path"], a["oldText"], a["newText"], False)
+    return _replace(ctx, a.path, a.oldText, a.newText, False)
 
 
 class ExecArgs(Args):
@@ -531,9 +537,9 @@ class ExecArgs(Args):
 
 
 @builtin("exec", ExecArgs)
-def claw_exec(ctx: ToolContext, a: dict[str, Any]) -> str:
+def claw_exec(ctx: ToolContext, a: ExecArgs) -> str:
     """Runs a shell command."""
-    res = ctx.exec(a["command"], a.get("timeout"), a.get("workdir", ""))
+    res = ctx.exec(a.command, a.timeout, a.workdir or "")
     return _output(res) or f"(exit {res.get('exit_code')})"
 
 
@@ -544,9 +550,9 @@ class SpawnArgs(Args):
 
 
 @builtin("sessions_spawn", SpawnArgs, effect="world")
-def sessions_spawn(ctx: ToolContext, a: dict[str, Any]) -> str:
+def sessions_spawn(ctx: ToolContext, a: SpawnArgs) -> str:
     """Spawns a sub-agent session for a task and returns its result."""
-    return _delegate(ctx, a.get("agentId") or "default", a["task"])
+    return _delegate(ctx, a.agentId or "default", a.task)
 
 
 class MemorySearchArgs(Args):
@@ -554,9 +560,9 @@ class MemorySearchArgs(Args):
 
 
 @builtin("memory_search", MemorySearchArgs, effect="none")
-def memory_search(ctx: ToolContext, a: dict[str, Any]) -> str:
+def memory_search(ctx: ToolContext, a: MemorySearchArgs) -> str:
     """Searches memory notes for a query."""
-    words = a["query"].lower().split()
+    words = a.query.lower().split()
     hits = [
         {"path": path, "snippet": text[:300]}
         for path, text in ctx.scratch.get("memory_files", {}).items()
@@ -570,12 +576,12 @@ class MemoryGetArgs(Args):
 
 
 @builtin("memory_get", MemoryGetArgs, effect="none")
-def memory_get(ctx: ToolContext, a: dict[str, Any]) -> str:
+def memory_get(ctx: ToolContext, a: MemoryGetArgs) -> str:
     """Reads one memory file."""
     files = ctx.scratch.get("memory_files", {})
-    if a["path"] not in files:
-        raise ToolFailure(f"no memory file {a['path']}")
-    return files[a["path"]]
+    if a.path not in files:
+        raise ToolFailure(f"no memory file {a.path}")
+    return files[a.path]
 
 
 # --- Hermes ---------------------------------------------------------------------------------
@@ -589,9 +595,9 @@ class TerminalArgs(Args):
 
 
 @builtin("terminal", TerminalArgs)
-def terminal(ctx: ToolContext, a: dict[str, Any]) -> str:
+def terminal(ctx: ToolContext, a: TerminalArgs) -> str:
     """Runs a command in the terminal."""
-    res = ctx.exec(a["command"], a.get("timeout"), a.get("workdir", ""))
+    res = ctx.exec(a.command, a.timeout, a.workdir or "")
     return json.dumps({"output": _output(res), "exit_code": res.get("exit_code")})
 
 
@@ -602,9 +608,9 @@ class HermesReadArgs(Args):
 
 
 @builtin("read_file", HermesReadArgs, effect="none")
-def hermes_read(ctx: ToolContext, a: dict[str, Any]) -> str:
+def hermes_read(ctx: ToolContext, a: HermesReadArgs) -> str:
     """Reads a file with line numbers."""
-    return _numbered(ctx.read(a["path"]), a.get("offset", 1), a.get("limit", 500))
+    return _numbered(ctx.read(a.path), a.offset or 1, a.limit or 500)
 
 
 class HermesWriteArgs(Args):
@@ -613,10 +619,10 @@ class HermesWriteArgs(Args):
 
 
 @builtin("write_file", HermesWriteArgs)
-def hermes_write(ctx: ToolContext, a: dict[str, Any]) -> str:
+def hermes_write(ctx: ToolContext, a: HermesWriteArgs) -> str:
     """Writes a file."""
-    ctx.write(a["path"], a["content"])
-    return json.dumps({"success": True, "path": a["path"]})
+    ctx.write(a.path, a.content)
+    return json.dumps({"success": True, "path": a.path})
 
 
 class PatchArgs(Args):
@@ -627,9 +633,9 @@ class PatchArgs(Args):
 
 
 @builtin("patch", PatchArgs)
-def hermes_patch(ctx: ToolContext, a: dict[str, Any]) -> str:
+def hermes_patch(ctx: ToolContext, a: PatchArgs) -> str:
     """Edits a file by replacing old_string with new_string."""
-    return _replace(ctx, a["path"], a["old_string"], a["new_string"], a["replace_all"])
+    return _replace(ctx, a.path, a.old_string, a.new_string, a.replace_all)
 
 
 class SearchFilesArgs(Args):
@@ -640,11 +646,11 @@ class SearchFilesArgs(Args):
 
 
 @builtin("search_files", SearchFilesArgs, effect="none")
-def search_files(ctx: ToolContext, a: dict[str, Any]) -> str:
+def search_files(ctx: ToolContext, a: SearchFilesArgs) -> str:
     """Searches file contents (or names) under a path."""
-    if a["target"] == "files":
-        return _find(ctx, a["pattern"], a.get("path", ""))
-    return _grep(ctx, a["pattern"], a.get("path", ""), "", a.get("file_glob", ""))
+    if a.target == "files":
+        return _find(ctx, a.pattern, a.path or "")
+    return _grep(ctx, a.pattern, a.path or "", "", a.file_glob or "")
 
 
 class HermesTodo(Args):
@@ -659,12 +665,12 @@ class HermesTodoArgs(Args):
 
 
 @builtin("todo", HermesTodoArgs, effect="state")
-def hermes_todo(ctx: ToolContext, a: dict[str, Any]) -> str:
+def hermes_todo(ctx: ToolContext, a: HermesTodoArgs) -> str:
     """Reads (no todos) or writes the task list; merge updates items by id."""
-    if a.get("todos") is None:
+    if a.todos is None:
         return json.dumps({"todos": ctx.scratch.get("todos", [])})
-    todos = a["todos"]
-    if a["merge"]:
+    todos = _plain(a.todos)
+    if a.merge:
         by_id = {t["id"]: t for t in ctx.scratch.get("todos", [])}
         by_id.update({t["id"]: t for t in todos})
         todos = list(by_id.values())
@@ -682,26 +688,26 @@ MEMORY_LIMITS = {"memory": 2200, "user": 1375}
 
 
 @builtin("memory", MemoryArgs, effect="state")
-def hermes_memory(ctx: ToolContext, a: dict[str, Any]) -> str:
+def hermes_memory(ctx: ToolContext, a: MemoryArgs) -> str:
     """Adds, replaces or removes an entry of persistent memory (MEMORY.md / USER.md)."""
-    entries: list[str] = ctx.scratch.setdefault("memory", {}).setdefault(a["target"], [])
-    if a["action"] in ("replace", "remove"):
-        old = a.get("old_text") or ""
+    entries: list[str] = ctx.scratch.setdefault("memory", {}).setdefault(a.target, [])
+    if a.action in ("replace", "remove"):
+        old = a.old_text or ""
         idx = next((i for i, e in enumerate(entries) if old and old in e), None)
         if idx is None:
-            raise ToolFailure(f"no {a['target']} entry contains {old!r}")
-        if a["action"] == "remove":
+            raise ToolFailure(f"no {a.target} entry contains {old!r}")
+        if a.action == "remove":
             entries.pop(idx)
         else:
-            entries[idx] = a.get("content") or ""
+            entries[idx] = a.content or ""
     else:
-        if not a.get("content"):
+        if not a.content:
             raise ToolFailure("content is required to add an entry")
-        entries.append(a["content"])
+        entries.append(a.content)
     used = sum(len(e) for e in entries)
-    if used > MEMORY_LIMITS[a["target"]]:
-        entries.pop() if a["action"] == "add" else None
-        raise ToolFailure(f"{a['target']} memory is full ({MEMORY_LIMITS[a['target']]} chars)")
+    if used > MEMORY_LIMITS[a.target]:
+        entries.pop() if a.action == "add" else None
+        raise ToolFailure(f"{a.target} memory is full ({MEMORY_LIMITS[a.target]} chars)")
     return json.dumps({"success": True, "entries": len(entries), "chars": used})
 
 
@@ -710,9 +716,9 @@ class SkillViewArgs(Args):
 
 
 @builtin("skill_view", SkillViewArgs, effect="none")
-def skill_view(ctx: ToolContext, a: dict[str, Any]) -> str:
+def skill_view(ctx: ToolContext, a: SkillViewArgs) -> str:
     """Shows a skill's SKILL.md."""
-    return _skill(ctx, a["name"])
+    return _skill(ctx, a.name)
 
 
 class DelegateArgs(Args):
@@ -722,7 +728,28 @@ class DelegateArgs(Args):
 
 
 @builtin("delegate_task", DelegateArgs, effect="world")
-def delegate_task(ctx: ToolContext, a: dict[str, Any]) -> str:
+def delegate_task(ctx: ToolContext, a: DelegateArgs) -> str:
     """Delegates a goal to a sub-agent and returns its summary."""
-    prompt = a["goal"] + (f"\n\nContext:\n{a['context']}" if a.get("context") else "")
+    prompt = a.goal + (f"\n\nContext:\n{a.context}" if a.context else "")
     return _delegate(ctx, "default", prompt)
+
+
+class UnknownTools(ValueError):
+    """A harness names tools the catalogue does not have."""
+
+
+def check_tool_names(names: list[str]) -> None:
+    """The harness names its tools and the catalogue resolves them: an unknown name is an
+    error listing the known ones (raised at submit, before anything runs)."""
+    unknown = [n for n in names if n not in CATALOGUE]
+    if unknown:
+        raise UnknownTools(f"tools: unknown tools {unknown}; known: {sorted(CATALOGUE)}")
+
+
+def toolset_of(names: list[str]) -> ToolSet:
+    """The catalogue entries ``names`` lists, in that order."""
+    check_tool_names(names)
+    tools = ToolSet()
+    for key in names:
+        tools.add(CATALOGUE[key])
+    return tools

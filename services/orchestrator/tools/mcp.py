@@ -3,61 +3,84 @@
 Each app is its own MCP server (``/worlds/{id}/mcp/{app}``), as the public Gmail, Slack, Notion
 and Calendar servers are, so a harness sees them under its own naming rule for MCP tools
 (Claude Code ``mcp__gmail__send_email``, Hermes ``mcp_gmail_send_email``...). Calls go over
-HTTP with the world token; an ``isError`` result is an error observation.
+HTTP with the world token through the official ``mcp`` client; an ``isError`` result is an
+error observation.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from services.orchestrator.tools.base import Tool, ToolFailure
 
 APPS = ("gmail", "slack", "calendar", "notion")
-_ids = itertools.count(1)
+T = TypeVar("T")
 
 
 class WorldMCP:
-    """JSON-RPC over the tools service's streamable-HTTP MCP endpoint (JSON responses)."""
+    """The official ``mcp`` client (``streamable_http_client`` + ``Client``: the
+    ``initialize`` handshake, JSON or SSE replies) against a world's per-app MCP endpoint.
 
-    def __init__(self, tools_client: Any, world_id: str, token: str) -> None:
-        self.tools = tools_client
+    The loop is synchronous and runs each tool call on its own thread, so every operation opens
+    a session on a fresh event loop there (``anyio.run``): nothing is shared between threads.
+    """
+
+    def __init__(self, tools_client: Any, world_id: str, token: str, timeout_s: float = 60.0):
+        self.base_url = tools_client.base_url
         self.world_id = world_id
         self.token = token
+        self.timeout_s = timeout_s
 
-    def rpc(self, app: str, method: str, params: dict[str, Any] | None = None) -> Any:
-        from shared.clients import ServiceError
+    def url(self, app: str) -> str:
+        return f"{self.base_url}/worlds/{self.world_id}/mcp/{app}"
 
-        body = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params or {}}
-        try:
-            out = self.tools.app(
-                self.world_id,
-                self.token,
-                "POST",
-                f"mcp/{app}",
-                json=body,
-                headers={"Accept": "application/json, text/event-stream"},
+    def _session(self, app: str, work: Callable[[Any], Awaitable[T]]) -> T:
+        import anyio
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared.exceptions import MCPError
+
+        async def main() -> T:
+            http = httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {self.token}"}, timeout=self.timeout_s
             )
-        except ServiceError as exc:
-            raise ToolFailure(f"tools service error: {exc}") from None
-        if not isinstance(out, dict):
-            raise ToolFailure(f"unexpected MCP answer: {str(out)[:200]}")
-        if "error" in out:
-            raise ToolFailure(out["error"].get("message", "MCP error"))
-        return out.get("result")
+            async with http, Client(streamable_http_client(self.url(app), http_client=http)) as c:
+                return await work(c)
 
-    def list_tools(self, app: str) -> list[dict[str, Any]]:
-        return self.rpc(app, "tools/list")["tools"]
+        try:
+            return anyio.run(main)
+        except MCPError as exc:
+            raise ToolFailure(f"MCP error from {app}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - transport failures (in a task group) too
+            raise ToolFailure(f"tools service error ({app} MCP): {_first_cause(exc)}") from None
+
+    def list_tools(self, app: str) -> list[Any]:
+        """The app's tools (``mcp_types.Tool``)."""
+
+        async def work(c: Any) -> list[Any]:
+            return list((await c.list_tools()).tools)
+
+        return self._session(app, work)
 
     def call(self, app: str, name: str, arguments: dict[str, Any]) -> str:
-        result = self.rpc(app, "tools/call", {"name": name, "arguments": arguments})
-        text = "\n".join(
-            c.get("text", "") for c in result.get("content", []) if c.get("type") == "text"
-        )
-        if result.get("isError"):
+        async def work(c: Any) -> Any:
+            return await c.call_tool(name, arguments)
+
+        result = self._session(app, work)
+        text = "\n".join(getattr(c, "text", "") for c in result.content if c.type == "text")
+        if result.is_error:
             raise ToolFailure(text or "tool failed")
         return text
+
+
+def _first_cause(exc: BaseException) -> str:
+    """The innermost error of an exception group (anyio wraps a failed transport in one)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
 
 
 def scenario_apps(scenario: dict[str, Any]) -> list[str]:
@@ -74,21 +97,19 @@ def world_tools(mcp: WorldMCP, apps: list[str], name_rule: str) -> list[Tool]:
     out = []
     for app in apps:
         for spec in mcp.list_tools(app):
-            read_only = (spec.get("annotations") or {}).get("readOnlyHint", False)
+            read_only = bool(spec.annotations and spec.annotations.read_only_hint)
 
-            def run(
-                ctx: Any, args: dict[str, Any], app: str = app, tool: str = spec["name"]
-            ) -> str:
+            def run(ctx: Any, args: dict[str, Any], app: str = app, tool: str = spec.name) -> str:
                 return mcp.call(app, tool, args)
 
             out.append(
                 Tool(
-                    name=name_rule.format(server=app, tool=spec["name"]),
-                    description=spec.get("description", ""),
-                    parameters=spec.get("inputSchema") or {"type": "object", "properties": {}},
+                    name=name_rule.format(server=app, tool=spec.name),
+                    description=spec.description or "",
+                    parameters=spec.input_schema or {"type": "object", "properties": {}},
                     run=run,
                     effect="none" if read_only else "world",
-                    source=f"{app}/{spec['name']}",
+                    source=f"{app}/{spec.name}",
                 )
             )
     return out

@@ -1,0 +1,43 @@
+"""World tools go through the official ``mcp`` client against the tools service's per-app MCP
+endpoints: it lists and calls tools after the ``initialize`` handshake; a tool's error result,
+a bad token and a dead endpoint are ToolFailures (error observations), never a crash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.orchestrator.tools.base import ToolFailure
+from services.orchestrator.tools.mcp import WorldMCP, world_tools
+
+
+def test_the_official_client_lists_and_calls_world_tools(services: Any) -> None:
+    world = services.tools.create_world("finance_expenses", 1)
+    try:
+        mcp = WorldMCP(services.tools, world.id, world.token, timeout_s=30)
+        names = {t.name for t in mcp.list_tools("slack")}
+        assert {"slack_post_message", "slack_list_channels"} <= names
+        posted = mcp.call("slack", "slack_post_message", {"channel_id": "general", "text": "hi"})
+        assert "hi" in posted
+        with pytest.raises(ToolFailure, match="channel"):
+            mcp.call("slack", "slack_post_message", {"channel_id": "nowhere", "text": "x"})
+        tools = world_tools(mcp, ["slack"], "mcp__{server}__{tool}")
+        by_name = {t.name: t for t in tools}
+        listed = by_name["mcp__slack__slack_list_channels"]
+        assert (
+            listed.effect == "none" and by_name["mcp__slack__slack_post_message"].effect == "world"
+        )
+        assert "general" in listed.run(None, {})
+        with pytest.raises(ToolFailure, match="slack MCP|MCP error"):
+            WorldMCP(services.tools, world.id, "wrong-token", timeout_s=30).list_tools("slack")
+    finally:
+        services.tools.delete_world(world.id)
+
+
+def test_a_dead_endpoint_is_a_tool_failure() -> None:
+    class Nowhere:
+        base_url = "http://127.0.0.1:9"
+
+    with pytest.raises(ToolFailure, match="tools service error"):
+        WorldMCP(Nowhere(), "w", "t", timeout_s=5).call("slack", "slack_list_channels", {})
