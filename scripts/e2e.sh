@@ -122,7 +122,15 @@ down() {
 
 ENV_FILE=$(mktemp /tmp/k3stack-e2e-env.XXXXXX)
 chmod 600 "$ENV_FILE"
-cleanup() { [[ "${KEEP:-}" == 1 ]] || down || true; rm -f "$ENV_FILE"; }
+LOGS=${TMPDIR:-/tmp}/$PROJECT-logs.txt
+cleanup() { # on a failure, every container's log is kept (the stack itself is removed)
+  local rc=$?
+  if [[ $rc != 0 && "$(leftovers)" != 0 ]]; then
+    "${COMPOSE[@]}" --env-file "$ENV_FILE" logs --no-color --timestamps >"$LOGS" 2>&1 || true
+    echo "e2e: failed (rc $rc); the containers' logs: $LOGS" >&2
+  fi
+  [[ "${KEEP:-}" == 1 ]] || down || true; rm -f "$ENV_FILE"
+}
 trap cleanup EXIT
 env_file >"$ENV_FILE"
 set -a; . "$ENV_FILE"; set +a  # the credentials the tests use
