@@ -81,8 +81,19 @@ print(f"K3STACK_OBJECT_STORE_SECRET_KEY={t(24)}")
 EOF
 }
 
-imports() {
-  local s rc=0
+image_ids() {
+  local s
+  for s in model sandbox tools verifier orchestrator; do
+    docker image inspect -f '{{.Id}}' "$IMAGE_PREFIX/$s:$IMAGE_TAG"
+  done
+}
+
+imports() { # once per set of image contents (the IDs last checked are kept in /var/tmp)
+  local s rc=0 stamp=/var/tmp/$PROJECT-imports-ok ids
+  ids=$(image_ids)
+  if [[ -f $stamp ]] && [[ "$(cat "$stamp")" == "$ids" ]]; then
+    echo "images unchanged since their last imports check"; return
+  fi
   for s in model sandbox tools verifier orchestrator; do
     docker run --rm --network none -v "$ROOT/e2e/imports.py:/tmp/imports.py:ro" \
       --entrypoint python "$IMAGE_PREFIX/$s:$IMAGE_TAG" /tmp/imports.py "$s" || rc=1
@@ -90,6 +101,7 @@ imports() {
   # what the verifier's kernel jobs run besides Python: torch (CPU) and bubblewrap
   docker run --rm --network none --entrypoint sh "$IMAGE_PREFIX/verifier:$IMAGE_TAG" -c \
     'command -v bwrap && python -c "import torch; print(\"torch\", torch.__version__)"' || rc=1
+  [[ $rc != 0 ]] || echo "$ids" >"$stamp"
   return $rc
 }
 
@@ -102,7 +114,7 @@ build() { # the builder's full output goes to a log; its tail is shown when it f
 
 up() { # from nothing: a stack left by an earlier KEEP=1 run has other credentials
   [[ "$(leftovers)" == 0 ]] || down
-  "${COMPOSE[@]}" --env-file "$ENV_FILE" up -d --wait --wait-timeout 600 \
+  "${COMPOSE[@]}" --env-file "$ENV_FILE" up -d --wait --wait-timeout 900 \
     || { "${COMPOSE[@]}" --env-file "$ENV_FILE" ps -a; "${COMPOSE[@]}" --env-file "$ENV_FILE" \
          logs --tail 40; return 1; }
 }
@@ -122,7 +134,15 @@ down() {
 
 ENV_FILE=$(mktemp /tmp/k3stack-e2e-env.XXXXXX)
 chmod 600 "$ENV_FILE"
-cleanup() { [[ "${KEEP:-}" == 1 ]] || down || true; rm -f "$ENV_FILE"; }
+LOGS=${TMPDIR:-/tmp}/$PROJECT-logs.txt
+cleanup() { # on a failure, every container's log is kept (the stack itself is removed)
+  local rc=$?
+  if [[ $rc != 0 && "$(leftovers)" != 0 ]]; then
+    "${COMPOSE[@]}" --env-file "$ENV_FILE" logs --no-color --timestamps >"$LOGS" 2>&1 || true
+    echo "e2e: failed (rc $rc); the containers' logs: $LOGS" >&2
+  fi
+  [[ "${KEEP:-}" == 1 ]] || down || true; rm -f "$ENV_FILE"
+}
 trap cleanup EXIT
 env_file >"$ENV_FILE"
 set -a; . "$ENV_FILE"; set +a  # the credentials the tests use

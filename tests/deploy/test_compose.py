@@ -19,10 +19,9 @@ import pytest
 import yaml
 from check_jsonschema.builtin_schemas import get_builtin_schema
 
-from shared.queue import worker_argv
+from shared.queue import service_queues, worker_argv
 from shared.settings import (
     SERVICE_NAMES,
-    OrchestratorSettings,
     Settings,
     SettingsError,
     check_deployed,
@@ -218,11 +217,9 @@ def test_worker_uses_its_service_image_and_build(compose: dict[str, Any]) -> Non
 
 def test_workers_run_the_worker_command_of_shared_queue(compose: dict[str, Any]) -> None:
     for svc in WORKER_SERVICES:
-        expected = ["python", *worker_argv(svc)]
-        if svc == "orchestrator":
-            # The orchestrator's worker also drains the rollout-batch queue.
-            rollouts = OrchestratorSettings.model_fields["rollout_queue"].default
-            expected[expected.index("-Q") + 1] = f"orchestrator,{rollouts}"
+        # Every queue the service's jobs are sent to: the orchestrator's worker also drains the
+        # rollout-batch queue, the verifier's each verification kind's (<queue>.<kind>).
+        expected = ["python", *worker_argv(svc, queues=service_queues(svc, Settings()))]
         assert compose["services"][f"{svc}-worker"]["command"] == expected
         assert "command" not in compose["services"][svc]  # the image's CMD serves the API
 
@@ -281,7 +278,9 @@ def test_api_healthchecks_hit_their_own_health_endpoint(compose: dict[str, Any])
         assert f"http://127.0.0.1:{DEFAULT_PORTS[svc]}/health/ready" in test
     for svc in WORKER_SERVICES:
         worker_test = " ".join(compose["services"][f"{svc}-worker"]["healthcheck"]["test"])
-        assert f"-A services.{svc}.tasks inspect ping -d {svc}@$HOSTNAME" in worker_test
+        # a ping to its own node over the broker, without importing the service's tasks
+        assert f"make_celery('{svc}').control.ping(['{svc}@' + socket.gethostname()]" in worker_test
+        assert "services." not in worker_test
 
 
 def test_ports_are_published_on_loopback_by_default(compose: dict[str, Any]) -> None:

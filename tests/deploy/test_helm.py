@@ -21,7 +21,7 @@ import pytest
 import yaml
 from helm_python import Chart, HelmError, lint
 
-from shared.queue import worker_argv
+from shared.queue import service_queues, worker_argv
 from shared.settings import (
     SERVICE_NAMES,
     Settings,
@@ -197,10 +197,16 @@ def test_workers_run_the_worker_command_of_shared_queue(docs: tuple[dict[str, An
     for svc in WORKER_SERVICES:
         worker = one(docs, "Deployment", f"{FULLNAME}-{svc}-worker")
         args = worker["spec"]["template"]["spec"]["containers"][0]["args"]
-        expected = ["python", *worker_argv(svc)]
-        if svc == "orchestrator":
-            expected[expected.index("-Q") + 1] = "orchestrator,rollouts"
+        # every queue its jobs go to: rollouts for the orchestrator, each kind's for the verifier
+        expected = ["python", *worker_argv(svc, queues=service_queues(svc, Settings()))]
         assert args == expected
+        probe = worker["spec"]["template"]["spec"]["containers"][0].get("livenessProbe")
+        if probe is None:  # a variant turns the worker probe off
+            continue
+        probe = probe["exec"]
+        ping = f"make_celery('{svc}').control.ping(['{svc}@' + socket.gethostname()]"
+        assert probe["command"][:2] == ["python", "-c"] and ping in probe["command"][2]
+        assert "services." not in probe["command"][2]  # never imports the service's tasks
 
 
 def test_probes_hit_health_on_the_service_port(docs: tuple[dict[str, Any], ...]) -> None:

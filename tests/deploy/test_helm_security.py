@@ -489,3 +489,55 @@ def test_env_still_takes_other_settings() -> None:
                    "services": {"sandbox": {"env": {"K3STACK_SANDBOX__RUNTIME": "microvm"}}}})  # fmt: skip
     assert one(docs, "ConfigMap", f"{FULLNAME}-tools")["data"]["K3STACK_LLM_MODEL"] == "judge"
     assert one(docs, "ConfigMap", f"{FULLNAME}-tools")["data"]["K3STACK_MODE"] == "deployed"
+
+
+# ---- the verifier worker's bubblewrap relaxations ----------------------------------------------
+
+
+def _verifier_worker_pod(docs: Any) -> dict[str, Any]:
+    return one(docs, "Deployment", f"{FULLNAME}-verifier-worker")["spec"]["template"]["spec"]
+
+
+def test_only_the_verifier_worker_is_relaxed_for_bubblewrap() -> None:
+    """bwrap needs a user namespace (seccomp) and a fresh /proc (procMount) in that one
+    container; it stays non-root, capability-free and without privilege escalation."""
+    docs = _render_variant("default")
+    pod = _verifier_worker_pod(docs)
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["seccompProfile"] == {"type": "Unconfined"}
+    assert sc["procMount"] == "Unmasked"
+    assert pod["hostUsers"] is False  # Kubernetes admits Unmasked only with a pod user namespace
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["readOnlyRootFilesystem"] is True and not sc.get("privileged")
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for workload in workloads(docs):
+        if workload["metadata"]["name"] == f"{FULLNAME}-verifier-worker":
+            continue
+        spec = workload["spec"]["template"]["spec"]
+        assert "hostUsers" not in spec, workload["metadata"]["name"]
+        for container in containers(workload):
+            relaxed = container.get("securityContext", {})
+            assert relaxed.get("seccompProfile", {}).get("type") != "Unconfined"
+            assert "procMount" not in relaxed, workload["metadata"]["name"]
+
+
+def test_bubblewrap_relaxations_can_be_turned_off_or_narrowed() -> None:
+    off = _verifier_worker_pod(render({"bubblewrap": {"enabled": False}}))
+    assert "hostUsers" not in off
+    assert not {"seccompProfile", "procMount"} & set(off["containers"][0]["securityContext"])
+    profile = {"type": "Localhost", "localhostProfile": "profiles/k3stack-bwrap.json"}
+    narrowed = _verifier_worker_pod(render({"bubblewrap": {"seccompProfile": profile}}))
+    assert narrowed["containers"][0]["securityContext"]["seccompProfile"] == profile
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"bubblewrap": {"procMount": "Anything"}},
+        {"bubblewrap": {"seccompProfile": {"type": "Unconfined", "extra": 1}}},
+        {"bubblewrap": {"privileged": True}},
+    ],
+)
+def test_schema_refuses_other_bubblewrap_values(values: dict[str, Any]) -> None:
+    with pytest.raises(HelmError, match="bubblewrap"):
+        render(values)

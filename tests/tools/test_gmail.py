@@ -459,3 +459,23 @@ def test_errors_use_google_shape(world: ToolsWorld) -> None:
     assert resp.status_code == 400 and resp.json()["error"]["status"] == "INVALID_ARGUMENT"
     resp = world.gmail("GET", "nonexistent/route")
     assert resp.status_code == 404 and resp.json()["error"]["code"] == 404
+
+
+def _strict_getaddresses(values: list[str]) -> list[tuple[str, str]]:
+    """CPython 3.11.10+'s (and Debian 12's patched 3.11.2's) strict getaddresses: a field list
+    whose comma count disagrees with what parsed (an empty Cc joined in) answers ('', '')."""
+    from email.utils import getaddresses
+
+    found = getaddresses(values)
+    if len(found) != sum(v.count(",") + 1 for v in values):
+        return [("", "")]
+    return found
+
+
+def test_recipients_survive_a_strict_address_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.tools.apps.gmail import mime
+
+    monkeypatch.setattr(mime, "getaddresses", _strict_getaddresses)
+    assert mime.addresses("Ann <Ann@x.test>", "", "") == ["ann@x.test"]
+    assert mime.addresses("a@x.test, b@y.test", "c@z.test") == ["a@x.test", "b@y.test", "c@z.test"]
+    assert mime.addresses("", "  ") == []

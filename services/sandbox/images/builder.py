@@ -159,6 +159,8 @@ def _static_busybox() -> Path:
     for cand in ("/bin/busybox", "/usr/bin/busybox"):
         p = Path(cand)
         if p.is_file():
+            if shutil.which("file") is None:  # slim images (the sandbox's) have no `file`
+                return p
             out = subprocess.run(["file", "-b", str(p)], capture_output=True, text=True)
             if out.returncode != 0 or "static" in out.stdout or "dynamic" not in out.stdout:
                 return p

@@ -494,7 +494,7 @@ def send(
         parsed = mime.parse_message(raw)
     except mime.MimeError as exc:
         raise GmailError(400, f"Invalid raw message: {exc}") from None
-    recipients = mime.addresses(", ".join([parsed.h("to"), parsed.h("cc"), parsed.h("bcc")]))
+    recipients = mime.addresses(parsed.h("to"), parsed.h("cc"), parsed.h("bcc"))
     if not recipients:
         raise GmailError(400, "Invalid To header")
     labels = ["SENT"] + (["INBOX", "UNREAD"] if box.email in recipients else [])

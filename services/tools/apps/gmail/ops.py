@@ -104,7 +104,7 @@ def sent_messages(ctx: WorldContext, args: dict[str, Any]) -> list[GmailMessage]
             continue
         if after_seq is not None and msg.created_seq <= after_seq:
             continue
-        rcpt = mime.addresses(", ".join([msg.to, msg.cc, msg.bcc]))
+        rcpt = mime.addresses(msg.to, msg.cc, msg.bcc)
         if any(a not in rcpt for a in lower_all(args.get("to"))):
             continue
         if any(a not in mime.addresses(msg.cc) for a in lower_all(args.get("cc"))):
