@@ -211,10 +211,12 @@ def untyped_responses(name: str, doc: dict[str, Any] | None = None) -> list[str]
 
 
 def _is_app_route(path: str) -> bool:
+    """An app route (Gmail, Canvas, …: they follow those APIs' shapes), named by the tools
+    service's own list of app folders, so a new app needs no edit here."""
+    from services.tools.openapi_contract import app_segments
+
     parts = path.strip("/").split("/")
-    return len(parts) >= 3 and parts[0] == "worlds" and parts[2] in (
-        "gmail", "slack", "notion", "calendar", "mcp", "upload",
-    )  # fmt: skip
+    return len(parts) >= 3 and parts[0] == "worlds" and parts[2] in app_segments()
 
 
 def main(argv: list[str] | None = None) -> int:
