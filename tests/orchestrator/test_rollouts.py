@@ -72,14 +72,22 @@ def _records(db, rid: str) -> dict[str, dict]:
 def test_lambda_half_pauses_and_resumes_identically(orch_db, services, sandbox_url) -> None:
     services.sandbox = SandboxClient(sandbox_url, timeout=120.0)
     queued: list[str] = []
+    at_turn_2: list[int] = []  # one entry per long sample's request at its third turn
 
-    def gate(turn: int, instruction: str) -> None:  # long samples wait for the λ pause
+    def gate(turn: int, instruction: str) -> None:
+        """Long samples wait at their third turn for the λ pause; short ones wait until every
+        long one is there, so the pause (when the short half finishes) finds each long sample
+        at step 2, however slowly the machine starts them."""
+        deadline = time.monotonic() + 120
         if "turns=5" in instruction and turn >= 2:
-            deadline = time.monotonic() + 120
+            at_turn_2.append(turn)
             while time.monotonic() < deadline:
                 with orch_db.session() as s:
                     if s.get(RolloutRow, rid).pause_iteration >= 1:
                         return
+                time.sleep(0.05)
+        elif "turns=1" in instruction:
+            while len(at_turn_2) < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)
 
     with serve(endpoint(gate)) as url:
