@@ -100,7 +100,7 @@ def test_docker_sandbox_end_to_end(dock):  # type: ignore[no-untyped-def]
     dock.checkpoint_ids.append(ck)
     assert c.post(f"/sandboxes/{sid}/pause").status_code == 204
     assert c.post(f"/sandboxes/{sid}/resume").status_code == 201
-    assert sh(c, sid, "cat notes/a.txt")["stdout"] == "one\n"  # files kept, processes not
+    assert sh(c, sid, "cat notes/a.txt")["stdout"] == "one\n"  # frozen and thawed
     r = c.post(f"/sandboxes/{sid}/fork", json={"count": 3, "memory": False})
     assert r.status_code == 201, r.text
     kids = [x["sandbox"]["sandboxID"] for x in r.json()]
@@ -152,14 +152,20 @@ def test_stock_e2b_sdk_probe_on_docker(tmp_path):  # type: ignore[no-untyped-def
             _remove_checkpoint_images([x["id"] for x in cks])
 
 
-def test_sigkilled_service_reattaches_its_containers(tmp_path):  # type: ignore[no-untyped-def]
+def docker_service(tmp_path: Path) -> tuple[list[str], dict[str, str], int, httpx.Client]:
+    """The service as its own process on the docker runtime (to SIGKILL it): argv, env, port
+    and a client of it."""
     _ensure_dockerd()
     data, port = tmp_path / "data", free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
            "K3STACK_DATA_DIR": str(data), "K3STACK_SANDBOX__PORT": str(port),
            "K3STACK_SANDBOX__RUNTIME": "docker", "K3STACK_SANDBOX__DEFAULT_TIMEOUT_S": "0"}  # fmt: skip
     c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-    service = [sys.executable, "-m", "services.sandbox"]
+    return [sys.executable, "-m", "services.sandbox"], env, port, c
+
+
+def test_sigkilled_service_reattaches_its_containers(tmp_path):  # type: ignore[no-untyped-def]
+    service, env, port, c = docker_service(tmp_path)
     sids: list[str] = []
     try:
         with spawn(service, env=env, port=port, timeout=180) as srv:

@@ -20,7 +20,7 @@ from services.sandbox.lifecycle.state import Live, SandboxState
 from services.sandbox.lifecycle.templates import TemplateCatalog
 from services.sandbox.lifecycle.views import aware, checkpoint_view, detail, summary
 from services.sandbox.models import SandboxRow, TemplateRow
-from services.sandbox.runtime.base import SandboxRuntimeError, SandboxSpec, VMHandle
+from services.sandbox.runtime.base import Runtime, SandboxRuntimeError, SandboxSpec, VMHandle
 from shared.contracts.sandbox import Checkpoint, NetworkPolicy, NewSandbox, Sandbox, SandboxDetail
 from shared.netguard import pin_allowlist
 
@@ -83,9 +83,12 @@ class SandboxLifecycle:
         first, so nothing is left running or mapped) — become ``paused`` at their last
         checkpoint (periodic snapshots bound what is lost) or ``error`` when they have none,
         with the reason in ``error``. Rows caught ``creating`` are stopped the same way.
-        Paused rows need nothing: resume restores them from the store.
+        Paused rows need nothing (resume restores them from the store), except a frozen one
+        (docker): kept paused while its container is there and frozen, else stopped and left
+        to resume from its pause checkpoint, with the reason.
         """
         st = self.st
+        self._recover_frozen()
         with st.db.session() as s:
             rows = s.scalars(
                 select(SandboxRow).where(SandboxRow.state.in_(("running", "creating")))
@@ -106,6 +109,27 @@ class SandboxLifecycle:
                     else "the service restarted and the sandbox's VM was gone"
                 )
                 st.mark_lost(row, why)
+
+    def _recover_frozen(self) -> None:
+        st = self.st
+        with st.db.session() as s:
+            for row in s.scalars(select(SandboxRow).where(SandboxRow.state == "paused")).all():
+                if not row.handle:
+                    continue
+                rt = st.runtimes.get(row.runtime)
+                handle = VMHandle.model_validate(row.handle)
+                if rt is not None and rt.is_frozen(handle):
+                    log.info("sandbox %s: re-attached, frozen, after a restart", row.id)
+                    continue
+                if rt is not None:
+                    st.stop_quietly(rt, handle)
+                row.handle = None
+                row.error = (
+                    f"the service restarted and the paused sandbox's frozen container was gone "
+                    f"at {st.clock().isoformat()}; resume restores checkpoint "
+                    f"{row.head_checkpoint_id} (files only)"
+                )
+                log.warning("sandbox %s: %s", row.id, row.error)
 
     # ------------------------------------------------------------------ create / kill
 
@@ -201,7 +225,10 @@ class SandboxLifecycle:
     # ------------------------------------------------------------------ pause / resume
 
     def pause(self, sandbox_id: str, reason: str = "pause") -> Checkpoint:
-        """Checkpoint, then stop: no CPU or memory held. Returns the pause checkpoint."""
+        """Checkpoint, then stop: no CPU or memory held; on a runtime with a freezer (docker)
+        checkpoint, then freeze: processes and memory kept, the row keeps the handle. At
+        shutdown a sandbox is always stopped (the service leaves nothing it started behind).
+        Returns the pause checkpoint."""
         st = self.st
         with st.lock(sandbox_id):
             if sandbox_id not in st.live:
@@ -210,17 +237,44 @@ class SandboxLifecycle:
                 raise Conflict("not_running", f"sandbox {sandbox_id!r} is {state}, not running")
             ck = self.graph.take(sandbox_id, "pause", None if reason == "pause" else reason)
             live = st.live.pop(sandbox_id)
-            try:
-                live.runtime.stop(live.handle)
-            except SandboxRuntimeError:
-                log.exception("stopping sandbox %s after its pause checkpoint", sandbox_id)
+            frozen = self._freeze(live, reason)
+            if not frozen:
+                try:
+                    live.runtime.stop(live.handle)
+                except SandboxRuntimeError:
+                    log.exception("stopping sandbox %s after its pause checkpoint", sandbox_id)
             with st.db.session() as s:
                 row = st.row(s, sandbox_id)
                 row.state = "paused"
-                row.handle = None
+                row.handle = live.handle.model_dump(mode="json") if frozen else None
                 row.end_at = None
                 row.updated_at = st.clock()
             return checkpoint_view(ck)
+
+    @staticmethod
+    def _freeze(live: Live, reason: str) -> bool:
+        if not live.runtime.capabilities.freezer or reason == "shutdown":
+            return False
+        try:
+            live.runtime.freeze(live.handle)
+        except SandboxRuntimeError:
+            log.exception("freezing sandbox %s; stopping it instead", live.handle.sandbox_id)
+            return False
+        return True
+
+    def _thaw(self, sandbox_id: str, rt: Runtime, data: dict | None) -> VMHandle | None:
+        """The frozen sandbox running again, or None (not frozen, or gone: then whatever is
+        left is stopped and the caller restores the pause checkpoint)."""
+        if not data or not rt.capabilities.freezer:
+            return None
+        h = VMHandle.model_validate(data)
+        try:
+            rt.thaw(h)
+        except SandboxRuntimeError as exc:
+            log.warning("sandbox %s: cannot thaw (%s); restoring its checkpoint", sandbox_id, exc)
+            self.st.stop_quietly(rt, h)
+            return None
+        return h
 
     def resume(
         self, sandbox_id: str, timeout: int | None = None, auto_pause: bool | None = None
@@ -235,10 +289,13 @@ class SandboxLifecycle:
                     raise Conflict("not_paused",
                         f"sandbox {sandbox_id!r} is {row.state} and has nothing to resume from",
                     )  # fmt: skip
-                head, runtime_name = row.head_checkpoint_id, row.runtime
+                head, runtime_name, frozen = row.head_checkpoint_id, row.runtime, row.handle
                 if auto_pause is not None:
                     row.on_timeout = "pause" if auto_pause else "kill"
             rt = st.runtime(runtime_name)
+            thawed = self._thaw(sandbox_id, rt, frozen)
+            if thawed is not None:
+                return st.went_running(sandbox_id, thawed, rt, timeout)
             with self.gc.holding([head]), self.gc.gate.shared():
                 chain = self.graph.chain(head)
                 with runtime_errors(sandbox_id):

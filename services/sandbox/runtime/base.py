@@ -12,7 +12,10 @@ decides policy (timeouts, periodic snapshots, which checkpoint to restore). The 
   device state, disks, as far as ``capabilities`` say) into ``store``, storing only what changed
   since ``parent`` (a checkpoint of the same lineage), and lets the sandbox **continue**.
 * ``stop(h)`` ends the sandbox's processes (no CPU, no RSS); its workdir may stay.
-  **pause = checkpoint + stop**; **resume = restore** of that checkpoint.
+  **pause = checkpoint + stop**; **resume = restore** of that checkpoint. A runtime with
+  ``capabilities.freezer`` (docker) instead **freezes** the sandbox after its pause checkpoint
+  (``freeze``/``thaw``: processes and memory kept) and resume thaws it; the checkpoint stays
+  the fallback when the frozen sandbox is gone.
 * ``restore(sandbox_id, chain, store, workdir) -> VMHandle`` starts a new running sandbox from
   the newest manifest of ``chain`` (ordered oldest .. newest, ``chain[i].parent_id ==
   chain[i-1].id``). The same chain may be restored any number of times, concurrently, into
@@ -147,6 +150,11 @@ class RuntimeCapabilities(BaseModel):
     memory_checkpoint: bool = Field(description="Checkpoints include guest memory/processes.")
     fork: bool = Field(description="Restore of one checkpoint into many live copies works.")
     network_allowlist: bool = Field(description="NetworkPolicy 'allowlist' is enforced.")
+    freezer: bool = Field(
+        False,
+        description="Pause freezes the sandbox in place (processes and memory kept, no CPU) "
+        "beside its pause checkpoint, instead of checkpoint + stop.",
+    )
 
 
 # --------------------------------------------------------------------------- exec
@@ -391,6 +399,19 @@ class Runtime(ABC):
     @abstractmethod
     def is_alive(self, h: VMHandle) -> bool:
         """Whether the sandbox's VM/process is running (cheap; no guest round trip)."""
+
+    def freeze(self, h: VMHandle) -> None:
+        """Stop every process of the sandbox in place, memory kept (``capabilities.freezer``)."""
+        raise UnsupportedOperation(f"runtime {self.name!r} cannot freeze a sandbox")
+
+    def thaw(self, h: VMHandle) -> None:
+        """Let a frozen sandbox run on (after a service restart too); SandboxNotRunning if it
+        is gone."""
+        raise UnsupportedOperation(f"runtime {self.name!r} cannot freeze a sandbox")
+
+    def is_frozen(self, h: VMHandle) -> bool:
+        """Whether the sandbox is there and frozen (a restart re-attaches it as paused)."""
+        return False
 
     def adopt(self, h: VMHandle) -> bool:
         """Take over a sandbox a previous service process started (after a crash or a

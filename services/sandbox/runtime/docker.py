@@ -12,8 +12,11 @@
 * **Files**: reads stream ``cat`` out of the container; writes are spooled to a host temp file
   (constant memory) and unpacked with ``put_archive``.
 * **Checkpoint = ``docker commit``**: the filesystem as an image layer; memory and processes
-  are **not** kept (``capabilities.memory_checkpoint`` is false and the API says so). Pause is
-  checkpoint + removal of the container, resume and fork run new containers from that image.
+  are **not** kept (``capabilities.memory_checkpoint`` is false and the API says so); restore
+  and fork run new containers from that image.
+* **Pause = commit + freeze** (``docker pause``, the cgroup freezer): the container's processes
+  and memory stay, frozen; resume is ``docker unpause``. A paused container survives a service
+  crash and is re-attached as paused; if it is gone, resume falls back to the commit.
   Checkpoint images live in the engine's image store on this host (not the object store).
 * **Limits**: memory (``mem_limit``), CPU (``nano_cpus``) and pids (``pids_limit``) from the
   spec and ``guest_pids_max``; network ``none`` (no interface but loopback) or ``allowlist``:
@@ -108,7 +111,9 @@ class DockerRuntime(Runtime):
     """Sandboxes as containers of the local Docker Engine."""
 
     name = "docker"
-    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=True)
+    capabilities = RuntimeCapabilities(
+        memory_checkpoint=False, fork=True, network_allowlist=True, freezer=True
+    )
     guest_addresses = staticmethod(docker_net.guest_addresses)
 
     def __init__(self, root: Path, pids_max: int = 1024) -> None:
@@ -224,13 +229,49 @@ class DockerRuntime(Runtime):
         lived in that process) listening again."""
         if not self.is_alive(h):
             return False
-        if "net" in h.data:
-            net = docker_net.AllowlistNet.from_data(h.data["net"])
-            net.fence()
-            net.forward()
-            with self._lock:
-                self._nets[h.data["container"]] = net
+        self._listen(h)
         return True
+
+    def _listen(self, h: VMHandle) -> None:
+        """The allowlist fence and forwarders of a container this process did not start."""
+        with self._lock:
+            if "net" not in h.data or h.data["container"] in self._nets:
+                return
+        net = docker_net.AllowlistNet.from_data(h.data["net"])
+        net.fence()
+        net.forward()
+        with self._lock:
+            self._nets[h.data["container"]] = net
+
+    def _status(self, h: VMHandle) -> str:
+        try:
+            return self.client.containers.get(h.data["container"]).status
+        except Exception:  # noqa: BLE001 - gone or no engine
+            return "gone"
+
+    def freeze(self, h: VMHandle) -> None:
+        try:
+            self._container(h).pause()
+        except SandboxNotRunning:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the engine's error, named
+            raise SandboxNotRunning(f"docker pause of {h.sandbox_id} failed: {exc}") from exc
+
+    def thaw(self, h: VMHandle) -> None:
+        status = self._status(h)
+        try:
+            if status == "paused":
+                self.client.api.unpause(h.data["container"])
+            elif status != "running":
+                raise SandboxNotRunning(f"sandbox {h.sandbox_id}'s container is {status}")
+        except SandboxNotRunning:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the engine's error, named
+            raise SandboxNotRunning(f"docker unpause of {h.sandbox_id} failed: {exc}") from exc
+        self._listen(h)
+
+    def is_frozen(self, h: VMHandle) -> bool:
+        return self._status(h) == "paused"
 
     def create(self, sandbox_id: str, spec: SandboxSpec, workdir: Path) -> VMHandle:
         return self._run(sandbox_id, spec, workdir, self.image_for(spec.image))
@@ -288,10 +329,7 @@ class DockerRuntime(Runtime):
         shutil.rmtree(h.workdir, ignore_errors=True)
 
     def is_alive(self, h: VMHandle) -> bool:
-        try:
-            return self.client.containers.get(h.data["container"]).status == "running"
-        except Exception:  # noqa: BLE001 - gone or no engine
-            return False
+        return self._status(h) == "running"
 
     # ------------------------------------------------------------------ garbage collection
 
