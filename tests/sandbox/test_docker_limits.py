@@ -1,15 +1,16 @@
 """Per-command limits on the ``docker`` runtime (issue 24): a background fork bomb fills only
-its own command cgroup, so the next command still runs, and killing the sandbox ends the bomb
-and leaves no command cgroup behind. Real Docker Engine (cgroup v1 pids hierarchy here).
+its own command cgroup and a memory hog is killed in its own, so the next command still runs,
+and killing the sandbox ends them and leaves no command cgroup behind. Real Docker Engine (cgroup v1 pids hierarchy here).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from services.sandbox.runtime.docker_cgroups import PREFIX, container_cgroup
+from services.sandbox.runtime.docker_cgroups import PREFIX, container_cgroup, container_cgroups
 from services.sandbox.runtime.process.cgroups import RESERVE
 from tests.sandbox.test_docker_runtime import _ensure_dockerd, create, sh
 from tests.sandbox.waiting import eventually
@@ -17,7 +18,8 @@ from tests.sandbox.waiting import eventually
 pytestmark = pytest.mark.timeout(280)
 
 PIDS_MAX = 256
-BOMB = "b(){ b | b & }; b"
+BOMB = "b(){ b | b & }; while :; do b; sleep 1; done"
+"""Re-armed each second: a bomb whose every branch once failed to fork cannot die out."""
 
 
 def _pids(cg: Path) -> int:
@@ -56,3 +58,33 @@ def test_docker_fork_bomb_does_not_starve_the_next_command(service):  # type: ig
 
     assert c.delete(f"/sandboxes/{sid}").status_code == 204
     eventually(lambda: parent.exists(), lambda e: not e, what="the container's cgroup removed")
+
+
+def test_docker_memory_hog_is_killed_in_its_own_cgroup(service):  # type: ignore[no-untyped-def]
+    """A command allocating more than its share (but less than the container's limit) is
+    killed by the OOM killer inside its own memory cgroup, says so, and leaves the container,
+    its background processes and the next command alone."""
+    _ensure_dockerd()
+    svc = service("docker")
+    c = svc.client
+    sid = create(c, memoryMB=256)
+    parents = container_cgroups(svc.manager.live_handle(sid).pid)
+    assert "memory" in parents, parents
+    assert int((parents["memory"] / "memory.limit_in_bytes").read_text()) == 256 << 20
+    bg = sh(c, sid, "sleep 600", background=True)["pid"]
+    out = sh(c, sid, "grep memory /proc/self/cgroup")
+    assert PREFIX in out["stdout"], out  # every command in its own memory cgroup
+
+    # 220 MiB: under the container's 256, over the command's 192
+    hog = sh(c, sid, "dd if=/dev/zero of=/dev/null bs=220M count=1", timeout_s=60)
+    assert hog["exit_code"] == 137, hog
+    assert "out of memory (its limit is 192 MiB)" in hog["stderr"], hog
+    t = time.monotonic()
+    nxt = sh(c, sid, f"kill -0 {bg} && echo alive")
+    assert time.monotonic() - t < 2, "the next exec took 2 s or more"
+    assert nxt["stdout"] == "alive\n", nxt
+    small = sh(c, sid, "dd if=/dev/zero of=/dev/null bs=100M count=1 2>/dev/null && echo ok")
+    assert small["stdout"] == "ok\n", small  # within its share: runs
+    assert c.delete(f"/sandboxes/{sid}").status_code == 204
+    eventually(lambda: [p.exists() for p in parents.values()], lambda e: not any(e),
+               what="the container's cgroups removed")  # fmt: skip

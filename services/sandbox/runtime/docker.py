@@ -7,8 +7,9 @@
 * **Commands** are ``docker exec`` (streamed; bounded by busybox ``timeout -s KILL``); their
   pid is the host pid of the exec, so signals and a disconnected client's kill reach the whole
   process tree from the host. Background commands are started as on the other runtimes.
-  Each command runs in its own pids cgroup below the container's (``docker_cgroups.py``), so
-  a fork bomb in one does not starve the next.
+  Each command runs in its own pids and memory cgroups below the container's
+  (``docker_cgroups.py``), so a fork bomb or a memory hog in one is stopped at its own limit
+  and does not starve the next (a command the OOM killer ended says so on its stderr).
 * **Files**: reads stream ``cat`` out of the container; writes are spooled to a host temp file
   (constant memory) and unpacked with ``put_archive``.
 * **Checkpoint = ``docker commit``**: the filesystem as an image layer; memory and processes
@@ -65,7 +66,7 @@ from services.sandbox.runtime.base import (
     gather_exec,
     normalize_guest_path,
 )
-from services.sandbox.runtime.docker_cgroups import DockerCommandCgroups, container_cgroup
+from services.sandbox.runtime.docker_cgroups import DockerCommandCgroups, container_cgroups
 from services.sandbox.runtime.process.execs import BG_SCRIPT, GUEST_PATH_ENV
 
 PREFIX = "k3stack-sbx"
@@ -295,12 +296,12 @@ class DockerRuntime(Runtime):
         )  # fmt: skip
 
     def stop(self, h: VMHandle) -> None:
-        parent = container_cgroup(h.pid)
+        parents = container_cgroups(h.pid)
         try:
             self.client.containers.get(h.data["container"]).remove(force=True)
         except Exception:  # noqa: BLE001, S110 - already gone
             pass
-        self.cgroups.sweep(parent)
+        self.cgroups.sweep(parents)
         with self._lock:
             self._execs.pop(h.sandbox_id, None)
             net = self._nets.pop(h.data["container"], None)
@@ -437,6 +438,7 @@ class DockerRuntime(Runtime):
                     sizes[name] += len(chunk)
                     if room > 0:
                         yield ExecEvent(kind=name, data=chunk[:room].decode("utf-8", "replace"))  # type: ignore[arg-type]
+            oom = self.cgroups.oom_note(cg)
         except GeneratorExit:
             _kill_tree(pid, signal_mod.SIGKILL)
             raise
@@ -444,6 +446,8 @@ class DockerRuntime(Runtime):
             with self._lock:
                 self._execs.get(h.sandbox_id, set()).discard(pid)
             self.cgroups.release(cg)
+        if oom:
+            yield ExecEvent(kind="stderr", data=oom)
         code = self.client.api.exec_inspect(ex_id).get("ExitCode")
         timed_out = (
             bool(req.timeout_s) and code == 137 and time.monotonic() - started >= req.timeout_s

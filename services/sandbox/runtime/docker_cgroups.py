@@ -1,14 +1,17 @@
-"""Per-command limits of ``docker`` sandboxes: each ``docker exec`` in its own pids cgroup
-below its container's, so a fork bomb in one command stops at its own ``pids.max`` and the
-next command still has room (the container's ``pids_limit`` bounds them all).
+"""Per-command limits of ``docker`` sandboxes: each ``docker exec`` in its own pids and memory
+cgroups below its container's, so a fork bomb or a memory hog in one command is stopped at
+its own limit (the memory hog killed by the kernel's OOM killer, inside its own cgroup) and
+the next command still has room (the container's ``pids_limit`` and ``mem_limit`` bound them
+all).
 
-The container's cgroup is read from ``/proc/<container init>/cgroup`` (cgroup v1, any cgroup
-driver). A command's cgroup ``k3scmd<n>`` gets ``pids_max - RESERVE`` processes. The exec is
-started under a tiny in-container gate (``GATE``) that waits, without forking anything that
-outlives it, until the host has moved it into that cgroup, and only then ``exec``s the command:
-so everything the command forks is counted there. On cgroup v2 the container's cgroup holds
-processes and may not get children with controllers; there the limits are off and commands
-run ungated (``available`` says so).
+The container's cgroups are read from ``/proc/<container init>/cgroup`` (cgroup v1, any cgroup
+driver). A command's cgroups ``k3scmd<n>`` get ``pids_max - RESERVE`` processes and three
+quarters of the container's memory (``MEMORY_SHARE``; no swap on top where the kernel accounts
+it). The exec is started under a tiny in-container gate (``_gate``) that waits, without forking
+anything that outlives it, until the host has moved it into every one of them, and only then
+``exec``s the command: so everything the command forks or allocates is counted there. On
+cgroup v2 the container's cgroup holds processes and may not get children with controllers;
+there the limits are off and commands run ungated (``available`` says so).
 """
 
 from __future__ import annotations
@@ -19,29 +22,55 @@ from pathlib import Path
 
 from services.sandbox.runtime.process.cgroups import RESERVE
 
-V1_PIDS = Path("/sys/fs/cgroup/pids")
+V1 = Path("/sys/fs/cgroup")
+V1_PIDS = V1 / "pids"
 PREFIX = "k3scmd"
-GATE = (
-    f'i=0; until grep -q "{PREFIX}" /proc/$$/cgroup; do i=$((i+1)); '
-    '[ $i -gt 3000 ] && { echo "k3stack: command not placed in its cgroup" >&2; exit 125; }; '
-    'sleep 0.01; done; exec "$@"'
-)
+CONTROLLERS = ("memory", "pids")
+"""Entered in this order; the gate waits until the command is in all it was given."""
+MEMORY_SHARE = 0.75
+"""Of the container's memory, what one command may use: the rest is the next command's."""
+_LIMIT_FILE = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
+_UNLIMITED = 1 << 60
+
+
+def _gate(n: int) -> str:
+    return (
+        f'i=0; until [ "$(grep -c "{PREFIX}" /proc/$$/cgroup)" -ge {n} ]; do i=$((i+1)); '
+        '[ $i -gt 3000 ] && { echo "k3stack: command not placed in its cgroups" >&2; exit 125; }; '
+        'sleep 0.01; done; exec "$@"'
+    )
+
+
+def container_cgroups(init_pid: int | None) -> dict[str, Path]:
+    """The v1 cgroups (``CONTROLLERS`` only) of the container whose init has host pid
+    ``init_pid``, by controller; empty when there are none."""
+    if not init_pid:
+        return {}
+    try:
+        lines = Path(f"/proc/{init_pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, Path] = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for name in CONTROLLERS:
+            if name in controllers.split(","):
+                cg = V1 / name / path.lstrip("/")
+                if (cg / _LIMIT_FILE[name]).exists():
+                    out[name] = cg
+    return out
 
 
 def container_cgroup(init_pid: int | None) -> Path | None:
     """The pids cgroup of the container whose init has host pid ``init_pid`` (v1), or None."""
-    if not init_pid:
-        return None
+    return container_cgroups(init_pid).get("pids")
+
+
+def _read_int(path: Path) -> int:
     try:
-        lines = Path(f"/proc/{init_pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "pids" in controllers.split(","):
-            cg = V1_PIDS / path.lstrip("/")
-            return cg if (cg / "pids.max").exists() else None
-    return None
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class DockerCommandCgroups:
@@ -54,44 +83,80 @@ class DockerCommandCgroups:
     def available(self) -> tuple[bool, str]:
         if not (V1_PIDS / "cgroup.procs").exists():
             return False, "no cgroup v1 pids hierarchy: per-command limits are off"
-        return True, "per-command pids cgroups below each container's"
+        return True, "per-command pids and memory cgroups below each container's"
 
-    def command(self, init_pid: int | None) -> Path | None:
-        """A fresh cgroup for one command of the container (None when limits are off)."""
-        parent = container_cgroup(init_pid)
-        if parent is None:
+    def _limits(self, name: str, parent: Path) -> list[tuple[str, str]]:
+        if name == "pids":
+            return [("pids.max", str(self.pids_max - RESERVE))]
+        limit = _read_int(parent / "memory.limit_in_bytes")
+        if not limit or limit >= _UNLIMITED:
+            return []  # an unbounded container: nothing to share out
+        share = str(int(limit * MEMORY_SHARE))
+        out = [("memory.limit_in_bytes", share)]
+        if (parent / "memory.memsw.limit_in_bytes").exists():
+            out.append(("memory.memsw.limit_in_bytes", share))
+        return out
+
+    def command(self, init_pid: int | None) -> list[Path] | None:
+        """Fresh cgroups for one command of the container, in ``CONTROLLERS`` order (None when
+        limits are off)."""
+        parents = container_cgroups(init_pid)
+        if "pids" not in parents:
             return None
-        cg = parent / f"{PREFIX}{next(self._seq)}"
+        n = next(self._seq)
+        made: list[Path] = []
         try:
-            cg.mkdir()
-            (cg / "pids.max").write_text(str(self.pids_max - RESERVE))
+            for name in CONTROLLERS:
+                if name not in parents:
+                    continue
+                cg = parents[name] / f"{PREFIX}{n}"
+                cg.mkdir()
+                made.append(cg)
+                for file, value in self._limits(name, parents[name]):
+                    (cg / file).write_text(value)
         except OSError:
-            self.release(cg)
+            self.release(made)
             return None
-        return cg
+        return made
 
     @staticmethod
-    def gated(cg: Path | None, argv: list[str]) -> list[str]:
-        return argv if cg is None else ["/bin/sh", "-c", GATE, "sh", *argv]
+    def gated(cg: list[Path] | None, argv: list[str]) -> list[str]:
+        return argv if cg is None else ["/bin/sh", "-c", _gate(len(cg)), "sh", *argv]
 
     @staticmethod
-    def enter(cg: Path, pid: int) -> bool:
-        """Move the gated exec (host pid ``pid``) into ``cg``; False if that failed."""
+    def enter(cg: list[Path], pid: int) -> bool:
+        """Move the gated exec (host pid ``pid``) into its cgroups; False if that failed."""
         try:
-            (cg / "cgroup.procs").write_text(str(pid))
+            for path in cg:
+                (path / "cgroup.procs").write_text(str(pid))
         except OSError:
             return False
         return True
 
     @staticmethod
-    def release(cg: Path | None) -> None:
-        """Remove a command's cgroup once empty (a background child keeps it, and its limit)."""
-        if cg is not None:
-            with contextlib.suppress(OSError):
-                cg.rmdir()
+    def oom_note(cg: list[Path] | None) -> str | None:
+        """What to tell the caller when the kernel killed the command for memory, or None."""
+        for path in cg or []:
+            control = path / "memory.oom_control"
+            if not control.exists():
+                continue
+            try:
+                fields = dict(line.split() for line in control.read_text().splitlines())
+            except (OSError, ValueError):
+                return None
+            if int(fields.get("oom_kill", "0")):
+                mib = _read_int(path / "memory.limit_in_bytes") >> 20
+                return f"k3stack: the command was killed: out of memory (its limit is {mib} MiB)\n"
+        return None
 
-    def sweep(self, parent: Path | None) -> None:
+    @staticmethod
+    def release(cg: list[Path] | None) -> None:
+        """Remove a command's cgroups once empty (a background child keeps them, and limits)."""
+        for path in cg or []:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+    def sweep(self, parents: dict[str, Path]) -> None:
         """The command cgroups left below a removed container's (their processes are gone)."""
-        if parent is not None:
-            for cg in parent.glob(f"{PREFIX}*"):
-                self.release(cg)
+        for parent in parents.values():
+            self.release(list(parent.glob(f"{PREFIX}*")))
