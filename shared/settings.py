@@ -232,8 +232,14 @@ class SandboxSettings(ServiceSettings):
     warm_pool: int = Field(
         1, ge=0, le=64,
         description="QEMUs kept waiting (-incoming defer) for restores, per template (prewarmed "
-        "in the background at start for the default template) and for the latest restored "
-        "checkpoint; 0 = off.",
+        "in the background at start for the templates of warm_pool_templates) and for the "
+        "latest restored checkpoint; 0 = off.",
+    )  # fmt: skip
+    warm_pool_templates: list[str] = Field(
+        ["busybox"], max_length=16,
+        description="Templates whose warm pool is prewarmed at start, on the runtime each runs "
+        "on (where it has a pool), so their first restore starts no QEMU; a JSON list "
+        "in the environment ([] = none).",
     )  # fmt: skip
     cache_dir: Path | None = Field(
         None,

@@ -1,5 +1,5 @@
-"""Restore by default (issue 24): the service prewarms a QEMU for the default template at
-start, so the first resume of a fresh checkpoint takes a pooled QEMU (its pages copied in,
+"""Restore by default (issue 24): the service prewarms QEMUs for the templates of
+``warm_pool_templates`` (busybox by default) at start, so the first resume of a fresh checkpoint takes a pooled QEMU (its pages copied in,
 no QEMU started); the checkpoint's base is then pooled, so a repeated restore copies nothing.
 
 Real QEMU (marker ``vm``); missing QEMU or kernel fails, it is not skipped.
@@ -65,3 +65,25 @@ def test_first_restore_of_fresh_checkpoint_takes_prewarmed_qemu(service):  # typ
     stats = m.live_handle(sid).data["restore_stats"]
     assert stats["pooled"] and stats["pool"] == "base", stats
     assert _sh(c, sid, "cat /tmp/mark")["stdout"] == "kept\n"  # the checkpoint, not later writes
+
+
+def test_warm_pool_templates_setting_decides_what_is_prewarmed(service):  # type: ignore[no-untyped-def]
+    """``warm_pool_templates`` lists the templates prewarmed at start and ``warm_pool`` sizes
+    each pool; a template that does not exist is logged and skipped, the others still pooled."""
+    svc = service("microvm", warm_pool=2, warm_pool_templates=["no-such-template", "busybox"])
+    m = svc.manager
+    rt = m.runtimes["microvm"]
+    ok, why = rt.available()
+    assert ok, f"microvm runtime unavailable ({why}): run scripts/setup_sandbox.sh"
+    image, spec = rt._image("busybox"), _default_spec()
+    eventually(lambda: rt.pool.count(image, spec, rt.accel, None), lambda n: n >= 2,
+               what="two prewarmed QEMUs for busybox")  # fmt: skip
+
+
+def test_no_prewarm_when_no_template_is_listed(service):  # type: ignore[no-untyped-def]
+    svc = service("microvm", warm_pool=1, warm_pool_templates=[])
+    m = svc.manager
+    rt = m.runtimes["microvm"]
+    m._prewarm.join(timeout=60)
+    assert not m._prewarm.is_alive()
+    assert rt.pool.count(rt._image("busybox"), _default_spec(), rt.accel, None) == 0

@@ -126,7 +126,7 @@ class SandboxManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.templates.seed()
         self.sandboxes.recover()
-        self._prewarm = threading.Thread(target=self._prewarm_default, name="k3stack-prewarm",
+        self._prewarm = threading.Thread(target=self._prewarm_templates, name="k3stack-prewarm",
                                          daemon=True)  # fmt: skip
         self._prewarm.start()
         if background:
@@ -155,20 +155,26 @@ class SandboxManager:
         if self._prewarm is not None:  # a QEMU it started after the pool closed is ended
             self._prewarm.join(timeout=30)
 
-    def _prewarm_default(self) -> None:
-        """The default template's warm pool on the default runtime (where it has one), so
-        that the first restore of a fresh checkpoint starts no QEMU."""
+    def _prewarm_templates(self) -> None:
+        """The warm pool of each template of ``warm_pool_templates`` on its runtime (where it
+        has one), so that the first restore of a fresh checkpoint of it starts no QEMU."""
         if not self.settings.warm_pool:
             return
-        try:
-            rt = pick_runtime(None, self.settings.runtime, self.runtimes)
-            prewarm = getattr(rt, "prewarm", None)
-            if prewarm is not None:
-                req = NewSandbox(templateID=SandboxSpec().image)  # what a bare create gets
-                prewarm(SandboxSpec(image=req.templateID, cpu=req.cpuCount,
-                                    memory_mb=req.memoryMB, network=req.network))  # fmt: skip
-        except Exception:  # noqa: BLE001 - an optimisation: restores still work without it
-            log.exception("prewarming the default template")
+        for template_id in self.settings.warm_pool_templates:
+            try:
+                row = self.templates.ready(template_id)
+                runtime = None if row.runtime == "any" else row.runtime
+                rt = pick_runtime(runtime, self.settings.runtime, self.runtimes)
+                prewarm = getattr(rt, "prewarm", None)
+                if prewarm is None:
+                    continue
+                req = NewSandbox(templateID=template_id)  # what a bare create gets
+                env = (row.image or {}).get("env", {})
+                prewarm(SandboxSpec(image=template_id, cpu=req.cpuCount, memory_mb=req.memoryMB,
+                                    env=env, network=req.network))  # fmt: skip
+                log.info("warm pool of template %s prewarmed on %s", template_id, rt.name)
+            except Exception:  # noqa: BLE001 - an optimisation: restores still work without it
+                log.exception("prewarming template %s", template_id)
 
     def recover(self) -> None:
         self.sandboxes.recover()
