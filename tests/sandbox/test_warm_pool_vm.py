@@ -28,16 +28,22 @@ def _sh(c, sid: str, cmd: str) -> dict:  # type: ignore[no-untyped-def]
     return r.json()
 
 
-def test_first_restore_of_fresh_checkpoint_takes_prewarmed_qemu(service):  # type: ignore[no-untyped-def]
-    svc = service("microvm", warm_pool=1)
-    c, m = svc.client, svc.manager
-    rt = m.runtimes["microvm"]
+def _prewarmed(svc, n: int):  # type: ignore[no-untyped-def]
+    """The microvm runtime once ``n`` QEMUs wait for busybox restores; with image and spec."""
+    rt = svc.manager.runtimes["microvm"]
     ok, why = rt.available()
     assert ok, f"microvm runtime unavailable ({why}): run scripts/setup_sandbox.sh"
     image, spec = rt._image("busybox"), _default_spec()
+    eventually(lambda: rt.pool.count(image, spec, rt.accel, None), lambda k: k >= n,
+               what=f"{n} prewarmed QEMU(s) for busybox")  # fmt: skip
+    return rt, image, spec
+
+
+def test_first_restore_of_fresh_checkpoint_takes_prewarmed_qemu(service):  # type: ignore[no-untyped-def]
+    svc = service("microvm", warm_pool=1)
+    c, m = svc.client, svc.manager
     # prewarmed at start, in the background: no sandbox has been created or restored yet
-    eventually(lambda: rt.pool.count(image, spec, rt.accel, None), lambda n: n >= 1,
-               what="a prewarmed QEMU for the default template")  # fmt: skip
+    rt, image, spec = _prewarmed(svc, 1)
     pooled_pid = next(v.proc.pid for v in rt.pool._vms if v.base is None)
 
     r = c.post("/sandboxes", json={"templateID": "busybox", "timeout": 0})
@@ -71,13 +77,7 @@ def test_warm_pool_templates_setting_decides_what_is_prewarmed(service):  # type
     """``warm_pool_templates`` lists the templates prewarmed at start and ``warm_pool`` sizes
     each pool; a template that does not exist is logged and skipped, the others still pooled."""
     svc = service("microvm", warm_pool=2, warm_pool_templates=["no-such-template", "busybox"])
-    m = svc.manager
-    rt = m.runtimes["microvm"]
-    ok, why = rt.available()
-    assert ok, f"microvm runtime unavailable ({why}): run scripts/setup_sandbox.sh"
-    image, spec = rt._image("busybox"), _default_spec()
-    eventually(lambda: rt.pool.count(image, spec, rt.accel, None), lambda n: n >= 2,
-               what="two prewarmed QEMUs for busybox")  # fmt: skip
+    _prewarmed(svc, 2)
 
 
 def test_no_prewarm_when_no_template_is_listed(service):  # type: ignore[no-untyped-def]
