@@ -13,13 +13,12 @@ import pytest
 from services.sandbox.runtime.docker_cgroups import PREFIX, container_cgroup, container_cgroups
 from services.sandbox.runtime.process.cgroups import RESERVE
 from tests.sandbox.test_docker_runtime import _ensure_dockerd, create, sh
+from tests.sandbox.test_fair_dataplane import BOMB
 from tests.sandbox.waiting import eventually
 
 pytestmark = pytest.mark.timeout(280)
 
 PIDS_MAX = 256
-BOMB = "b(){ b | b & }; while :; do b; sleep 1; done"
-"""Re-armed each second: a bomb whose every branch once failed to fork cannot die out."""
 
 
 def _pids(cg: Path) -> int:
@@ -72,8 +71,8 @@ def test_docker_memory_hog_is_killed_in_its_own_cgroup(service):  # type: ignore
     assert "memory" in parents, parents
     assert int((parents["memory"] / "memory.limit_in_bytes").read_text()) == 256 << 20
     bg = sh(c, sid, "sleep 600", background=True)["pid"]
-    out = sh(c, sid, "grep memory /proc/self/cgroup")
-    assert PREFIX in out["stdout"], out  # every command in its own memory cgroup
+    out = sh(c, sid, "grep -E ':(memory|cpu|pids):' /proc/self/cgroup")
+    assert out["stdout"].count(PREFIX) == 3, out  # every command in its own three cgroups
 
     # 220 MiB: under the container's 256, over the command's 192
     hog = sh(c, sid, "dd if=/dev/zero of=/dev/null bs=220M count=1", timeout_s=60)

@@ -33,7 +33,7 @@ from shared.contracts.sandbox import (
 METRICS_SCRIPT = (
     "head -1 /proc/stat; sleep 0.2; head -1 /proc/stat; "
     "grep -E '^(MemTotal|MemAvailable|Cached):' /proc/meminfo; "
-    "df -kP / | tail -1; grep -c ^processor /proc/cpuinfo"
+    "stat -f -c '%S %b %f' /; grep -c ^processor /proc/cpuinfo"
 )
 
 
@@ -45,14 +45,14 @@ def parse_metrics(out: str) -> SandboxMetric:
     total = sum(busy) or 1
     idle = busy[3] + (busy[4] if len(busy) > 4 else 0)
     mem = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in lines[2:5]}
-    disk = lines[5].split()
+    block, blocks, free = (int(x) for x in lines[5].split())  # stat -f: busybox df skips rootfs
     now = datetime.now(UTC)
     return SandboxMetric(
         timestamp=now, timestampUnix=int(now.timestamp()), cpuCount=int(lines[6]),
         cpuUsedPct=round(100.0 * (total - idle) / total, 2),
         memTotal=mem["MemTotal"], memUsed=mem["MemTotal"] - mem["MemAvailable"],
-        memCache=mem.get("Cached", 0), diskUsed=int(disk[2]) * 1024,
-        diskTotal=int(disk[1]) * 1024,
+        memCache=mem.get("Cached", 0), diskUsed=(blocks - free) * block,
+        diskTotal=blocks * block,
     )  # fmt: skip
 
 

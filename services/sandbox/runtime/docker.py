@@ -67,6 +67,7 @@ from services.sandbox.runtime.base import (
     normalize_guest_path,
 )
 from services.sandbox.runtime.docker_cgroups import DockerCommandCgroups, container_cgroups
+from services.sandbox.runtime.portforward import NetnsForwards
 from services.sandbox.runtime.process.execs import BG_SCRIPT, GUEST_PATH_ENV
 
 PREFIX = "k3stack-sbx"
@@ -126,6 +127,7 @@ class DockerRuntime(Runtime):
         self._execs: dict[str, set[int]] = {}
         self._nets: dict[str, docker_net.AllowlistNet] = {}  # container id -> its allowlist net
         self.cgroups = DockerCommandCgroups(pids_max)
+        self.forwards = NetnsForwards()
         self.instance = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
         """Labels this instance's checkpoint images: its GC removes only its own."""
 
@@ -220,6 +222,7 @@ class DockerRuntime(Runtime):
 
     def close(self) -> None:
         """Forwarders end with this process; a kept container's are restarted by ``adopt``."""
+        self.forwards.close()
         with self._lock:
             nets, self._nets = list(self._nets.values()), {}
         for net in nets:
@@ -295,7 +298,14 @@ class DockerRuntime(Runtime):
             stats={"commit_ms": total, "total_ms": total, "downtime_ms": total},
         )  # fmt: skip
 
+    def expose_port(self, h: VMHandle, port: int) -> str:
+        """A host loopback forwarder whose connections are opened in the container's network
+        namespace (its loopback: network ``none`` has no other interface)."""
+        self._container(h)
+        return self.forwards.expose(h.sandbox_id, int(h.pid or 0), port)
+
     def stop(self, h: VMHandle) -> None:
+        self.forwards.close(h.sandbox_id)
         parents = container_cgroups(h.pid)
         try:
             self.client.containers.get(h.data["container"]).remove(force=True)

@@ -1,8 +1,9 @@
-"""Per-command limits of ``docker`` sandboxes: each ``docker exec`` in its own pids and memory
-cgroups below its container's, so a fork bomb or a memory hog in one command is stopped at
-its own limit (the memory hog killed by the kernel's OOM killer, inside its own cgroup) and
-the next command still has room (the container's ``pids_limit`` and ``mem_limit`` bound them
-all).
+"""Per-command limits of ``docker`` sandboxes: each ``docker exec`` in its own pids, memory
+and cpu cgroups below its container's, so a fork bomb or a memory hog in one command is
+stopped at its own limit (the memory hog killed by the kernel's OOM killer, inside its own
+cgroup) and the next command still has room (the container's ``pids_limit`` and ``mem_limit``
+bound them all) and an equal share of the container's CPU (a spinning bomb does not slow it
+down by its number of processes).
 
 The container's cgroups are read from ``/proc/<container init>/cgroup`` (cgroup v1, any cgroup
 driver). A command's cgroups ``k3scmd<n>`` get ``pids_max - RESERVE`` processes and three
@@ -25,11 +26,11 @@ from services.sandbox.runtime.process.cgroups import RESERVE
 V1 = Path("/sys/fs/cgroup")
 V1_PIDS = V1 / "pids"
 PREFIX = "k3scmd"
-CONTROLLERS = ("memory", "pids")
+CONTROLLERS = ("memory", "cpu", "pids")
 """Entered in this order; the gate waits until the command is in all it was given."""
 MEMORY_SHARE = 0.75
 """Of the container's memory, what one command may use: the rest is the next command's."""
-_LIMIT_FILE = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
+_LIMIT_FILE = {"pids": "pids.max", "memory": "memory.limit_in_bytes", "cpu": "cpu.shares"}
 _UNLIMITED = 1 << 60
 
 
@@ -88,6 +89,8 @@ class DockerCommandCgroups:
     def _limits(self, name: str, parent: Path) -> list[tuple[str, str]]:
         if name == "pids":
             return [("pids.max", str(self.pids_max - RESERVE))]
+        if name == "cpu":
+            return []  # equal shares: a busy command gets no more CPU than the next one
         limit = _read_int(parent / "memory.limit_in_bytes")
         if not limit or limit >= _UNLIMITED:
             return []  # an unbounded container: nothing to share out

@@ -146,3 +146,30 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
                     return
     finally:
         sel.close()
+
+
+class NetnsForwards:
+    """One :class:`PortForwarder` per (sandbox, port) into the network namespace of a
+    sandbox's init process (host pid): E2B's ``get_host`` for runtimes whose guest network
+    the host cannot reach (a ``docker`` container with network ``none``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._forwards: dict[tuple[str, int], PortForwarder] = {}
+
+    def expose(self, sandbox_id: str, init_pid: int, port: int) -> str:
+        netns = f"/proc/{init_pid}/ns/net"
+        with self._lock:
+            fwd = self._forwards.get((sandbox_id, port))
+            if fwd is None:
+                fwd = PortForwarder(lambda: connect_in_netns(netns, port), f"fwd-{port}")
+                self._forwards[(sandbox_id, port)] = fwd
+        return fwd.address
+
+    def close(self, sandbox_id: str | None = None) -> None:
+        """The forwarders of ``sandbox_id`` (of every sandbox when None)."""
+        with self._lock:
+            mine = [k for k in self._forwards if sandbox_id in (None, k[0])]
+            forwards = [self._forwards.pop(k) for k in mine]
+        for fwd in forwards:
+            fwd.close()
