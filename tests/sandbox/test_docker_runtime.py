@@ -1,7 +1,7 @@
 """The ``docker`` runtime (issue 24) on the machine's real Docker Engine: the API end to end
 (create with envs, exec streamed and whole, stdin, timeouts, background and signals, files,
-commit checkpoints, pause/resume and filesystem fork), the stock ``e2b`` SDK probe, and a
-SIGKILLed service whose restart accounts for every container.
+commit checkpoints, pause/resume and filesystem fork) and a SIGKILLed service whose restart
+accounts for every container. The stock ``e2b`` SDK probe runs on docker in test_e2b_sdk_vm.
 
 dockerd is started (as root) if ``docker info`` fails. Only this test's containers and
 checkpoint images (``k3stack-sbx-*``, ``k3stack-sandbox/checkpoint:<its ids>``) are removed.
@@ -120,36 +120,6 @@ def test_docker_sandbox_end_to_end(dock):  # type: ignore[no-untyped-def]
     left = subprocess.run(["docker", "ps", "-q", "--filter", f"label=k3stack.sandbox={sid}"],
                           capture_output=True, text=True).stdout  # fmt: skip
     assert left.strip() == ""
-
-
-def test_stock_e2b_sdk_probe_on_docker(tmp_path):  # type: ignore[no-untyped-def]
-    from e2b import Sandbox
-
-    from services.sandbox.app import create_app
-    from shared.settings import load_settings
-    from tests.helpers.asgi import serve
-
-    _ensure_dockerd()
-    settings = load_settings(data_dir=tmp_path / "data", sandbox={
-        "runtime": "docker", "reaper_interval_s": 3600, "default_timeout_s": 0})  # fmt: skip
-    with serve(create_app(settings, background=False)) as url:
-        opts = {"api_key": "e2b_unused", "api_url": url, "sandbox_url": url}
-        sbx = Sandbox.create(template="busybox", timeout=600, envs={"K": "v"}, **opts)
-        try:
-            r = sbx.commands.run("echo $K; echo oops >&2")
-            assert (r.exit_code, r.stdout, r.stderr) == (0, "v\n", "oops\n")
-            bg = sbx.commands.run("sleep 1; echo late", background=True)
-            assert bg.wait().stdout == "late\n"
-            sbx.files.write("/home/user/notes/a.txt", "written by the SDK")
-            assert sbx.files.read("/home/user/notes/a.txt") == "written by the SDK"
-            assert [e.name for e in sbx.files.list("/home/user/notes")] == ["a.txt"]
-            sbx.pause()
-            again = Sandbox.connect(sbx.sandbox_id, **opts)
-            assert again.commands.run("cat /home/user/notes/a.txt").stdout == "written by the SDK"
-        finally:
-            cks = httpx.get(f"{url}/sandboxes/{sbx.sandbox_id}/checkpoints").json()
-            assert Sandbox.kill(sbx.sandbox_id, **opts) is True
-            _remove_checkpoint_images([x["id"] for x in cks])
 
 
 def docker_service(tmp_path: Path) -> tuple[list[str], dict[str, str], int, httpx.Client]:

@@ -1,5 +1,5 @@
-"""The unmodified ``e2b`` SDK from PyPI against the sandbox service and a real microVM
-(marker ``vm``): control plane (v2 create/list/connect, timeout, pause, kill) and the envd
+"""The unmodified ``e2b`` SDK from PyPI against the sandbox service on each runtime: a real
+microVM (marker ``vm``), the ``process`` runtime and a ``docker`` container: control plane (v2 create/list/connect, timeout, pause, kill) and the envd
 data plane (commands with streaming callbacks and background commands, files write/read/list),
 reached the way the SDK's self-hosting settings direct it (``api_url`` and ``sandbox_url`` both
 at the service; ``E2b-Sandbox-Id`` names the sandbox on every data-plane request).
@@ -9,23 +9,28 @@ from __future__ import annotations
 
 import threading
 
+import httpx
 import pytest
 
-pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
+from tests.sandbox.test_docker_runtime import _remove_checkpoint_images
+from tests.sandbox.test_fair_dataplane import RUNTIMES, runtime_ready
+
+pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def service_url(tmp_path_factory):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=RUNTIMES)
+def service_url(request, tmp_path_factory):  # type: ignore[no-untyped-def]
     import uvicorn
 
     from services.sandbox.app import create_app
     from shared.settings import load_settings
     from tests.helpers.servers import free_port, wait_for_port
 
+    runtime_ready(request.param)
     port = free_port()
     settings = load_settings(
         data_dir=tmp_path_factory.mktemp("e2b"),
-        sandbox={"runtime": "microvm", "reaper_interval_s": 3600, "default_timeout_s": 0},
+        sandbox={"runtime": request.param, "reaper_interval_s": 3600, "default_timeout_s": 0},
     )
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                            log_config=None, access_log=False))  # fmt: skip
@@ -37,7 +42,7 @@ def service_url(tmp_path_factory):  # type: ignore[no-untyped-def]
     t.join(120)
 
 
-def test_stock_sdk_drives_a_microvm(service_url):  # type: ignore[no-untyped-def]
+def test_stock_sdk_drives_a_sandbox(service_url):  # type: ignore[no-untyped-def]
     from e2b import Sandbox
 
     opts = {"api_key": "e2b_unused", "api_url": service_url, "sandbox_url": service_url}
@@ -71,5 +76,7 @@ def test_stock_sdk_drives_a_microvm(service_url):  # type: ignore[no-untyped-def
         again = Sandbox.connect(sbx.sandbox_id, **opts)  # resumes
         assert again.commands.run("cat /home/user/notes/a.txt").stdout == "written by the SDK"
     finally:
+        cks = httpx.get(f"{service_url}/sandboxes/{sbx.sandbox_id}/checkpoints").json()
         assert Sandbox.kill(sbx.sandbox_id, **opts) is True
+        _remove_checkpoint_images([x["id"] for x in cks])  # docker's live in the engine
     assert Sandbox.kill(sbx.sandbox_id, **opts) is False
