@@ -474,8 +474,10 @@ def dataplane_part(n: int, work: Path) -> None:
 
 
 def docker_part(n: int, work: Path) -> None:
-    """The docker runtime beside microvm: create, exec round trip, pause/resume (commit +
-    new container), commit checkpoint, fork x3 (files only: ``memory_checkpoint`` is false)."""
+    """The docker runtime beside microvm: create, exec round trip, commit checkpoint,
+    pause/resume (commit + the freezer, a background process kept), restore from the commit,
+    fork x3 (files only: ``memory_checkpoint`` is false), exec after a fork bomb and after a
+    command killed for memory."""
     from services.sandbox.runtime.base import ExecRequest, SandboxSpec
     from services.sandbox.runtime.docker import CHECKPOINT_REPO, DockerRuntime
 
@@ -498,16 +500,25 @@ def docker_part(n: int, work: Path) -> None:
             ck = rt.checkpoint(h, None, None)
             made.append(ck.id)
             rec("docker checkpoint (docker commit)", since(t), "filesystem only")
+            bg = rt.exec(h, ExecRequest(cmd="sleep 600", background=True)).pid
+            t = time.perf_counter()
+            pause_ck = rt.checkpoint(h, ck, None)  # what the service's pause does: commit, freeze
+            made.append(pause_ck.id)
+            rt.freeze(h)
+            rt.thaw(h)
+            assert rt.exec(h, ExecRequest(cmd=f"kill -0 {bg}")).exit_code == 0
+            rec("docker pause + resume (commit + freezer, to first exec; process kept)", since(t))
             t = time.perf_counter()
             rt.stop(h)
             h = rt.restore(f"bench{i}", [ck], None, work / f"d{i}")
             assert rt.read_file(h, STATE) == b"docker\n"
-            rec("docker pause + resume (commit image -> new container, to first read)", since(t))
+            rec("docker restore (commit image -> new container, to first read)", since(t))
             t = time.perf_counter()
             kids = [rt.restore(f"bench{i}k{k}", [ck], None, work / f"d{i}k{k}") for k in range(3)]
             assert all(rt.read_file(k, STATE) == b"docker\n" for k in kids)
             rec("docker fork x3 (3 containers from the commit, to first read)", since(t))
             rec("docker exec after a background fork bomb", docker_after_bomb(rt, h))
+            rec("docker exec after a command killed for memory", docker_after_hog(rt, h))
             for k in [*kids, h]:
                 rt.destroy(k)
     finally:
@@ -528,6 +539,15 @@ def docker_after_bomb(rt, h) -> float:  # type: ignore[no-untyped-def]
         if counts and max(counts) >= rt.cgroups.pids_max - 64 - 4:
             break
         time.sleep(0.05)
+    t = time.perf_counter()
+    assert rt.exec(h, ExecRequest(argv=["true"])).exit_code == 0
+    return since(t)
+
+
+def docker_after_hog(rt, h) -> float:  # type: ignore[no-untyped-def]
+    """ms of ``true`` right after a command allocating past its memory share was OOM-killed."""
+    hog = rt.exec(h, ExecRequest(cmd="dd if=/dev/zero of=/dev/null bs=230M count=1", timeout_s=60))
+    assert hog.exit_code == 137 and "out of memory" in hog.stderr, hog
     t = time.perf_counter()
     assert rt.exec(h, ExecRequest(argv=["true"])).exit_code == 0
     return since(t)
