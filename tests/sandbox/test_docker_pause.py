@@ -1,7 +1,8 @@
 """Pause on the ``docker`` runtime is the cgroup freezer (issue 24): a background process and
 its memory survive pause/resume, exec while paused is refused with a 409 naming the state, a
-paused sandbox survives a SIGKILLed service and is re-attached as paused, and kill of a paused
-sandbox removes its frozen container. Real Docker Engine, the service as a real process.
+paused sandbox survives a SIGKILLed service and is re-attached as paused, kill of a paused
+sandbox removes its frozen container, and a clean stop ends frozen containers too (they resume
+from their pause commit, files kept). Real Docker Engine, the service as a real process.
 """
 
 from __future__ import annotations
@@ -88,10 +89,21 @@ def test_docker_pause_is_the_freezer_and_survives_a_sigkilled_service(tmp_path):
             os.kill(srv.proc.pid, signal.SIGKILL)
             srv.proc.wait()
         assert _status(sid) == "paused"  # the freezer holds it while no service runs
-        with spawn(service, env=env, port=port, timeout=180):
+        with spawn(service, env=env, port=port, timeout=180) as srv:
             row = c.get(f"/sandboxes/{sid}").json()
             assert row["state"] == "paused" and _status(sid) == "paused", row
             _resumed(c, sid, pid, before)
+            sh(c, sid, "echo kept > mark")
+            assert c.post(f"/sandboxes/{sid}/pause").status_code == 204
+            cks = [x["id"] for x in c.get(f"/sandboxes/{sid}/checkpoints").json()]
+            os.kill(srv.proc.pid, signal.SIGTERM)  # a clean stop leaves no container behind
+            srv.proc.wait(timeout=120)
+        assert _status(sid) == "gone"
+        with spawn(service, env=env, port=port, timeout=180):
+            row = c.get(f"/sandboxes/{sid}").json()
+            assert row["state"] == "paused" and "service stopped" in row["error"], row
+            assert c.post(f"/sandboxes/{sid}/resume").status_code == 201  # from the commit
+            assert sh(c, sid, "cat mark")["stdout"] == "kept\n"
             assert c.delete(f"/sandboxes/{sid}").status_code == 204
     finally:
         for s in sids:  # whatever a failure left

@@ -137,8 +137,9 @@ class SandboxManager:
 
     def close(self) -> None:
         """Stop background work, then apply ``on_shutdown`` to running sandboxes: ``pause``
-        checkpoints and stops them (no VM outlives the service; resume brings them back),
-        ``keep`` leaves them running for the next manager to adopt."""
+        checkpoints and stops them, and stops frozen (paused docker) ones too (no VM or
+        container outlives the service; resume brings them back from their checkpoints),
+        ``keep`` leaves them running or frozen for the next manager to adopt."""
         self._stop.set()
         if self._reaper is not None:
             self._reaper.join(timeout=10)
@@ -149,6 +150,7 @@ class SandboxManager:
                 except Exception:  # noqa: BLE001 - one failure must not strand the others
                     log.exception("pausing sandbox %s at shutdown", sandbox_id)
                     self.state.lose(sandbox_id, "pausing it at shutdown failed")
+            self.sandboxes.stop_frozen()
         self.templates.close()
         for rt in self.runtimes.values():
             rt.close()

@@ -111,6 +111,19 @@ class SandboxLifecycle:
                 st.mark_lost(row, why)
 
     def _recover_frozen(self) -> None:
+        self._unfreeze_rows(
+            "the service restarted and the paused sandbox's frozen container was gone",
+            keep=True,
+        )
+
+    def stop_frozen(self) -> None:
+        """At shutdown: stop every frozen sandbox (nothing the service started outlives it);
+        each resumes from its pause checkpoint, and its row says so."""
+        self._unfreeze_rows("the service stopped and ended the paused sandbox's frozen container")
+
+    def _unfreeze_rows(self, why: str, keep: bool = False) -> None:
+        """Paused rows holding a frozen sandbox's handle: kept if ``keep`` and it is still
+        frozen, else stopped and left to their pause checkpoint, with the reason."""
         st = self.st
         with st.db.session() as s:
             for row in s.scalars(select(SandboxRow).where(SandboxRow.state == "paused")).all():
@@ -118,15 +131,14 @@ class SandboxLifecycle:
                     continue
                 rt = st.runtimes.get(row.runtime)
                 handle = VMHandle.model_validate(row.handle)
-                if rt is not None and rt.is_frozen(handle):
+                if keep and rt is not None and rt.is_frozen(handle):
                     log.info("sandbox %s: re-attached, frozen, after a restart", row.id)
                     continue
                 if rt is not None:
                     st.stop_quietly(rt, handle)
                 row.handle = None
                 row.error = (
-                    f"the service restarted and the paused sandbox's frozen container was gone "
-                    f"at {st.clock().isoformat()}; resume restores checkpoint "
+                    f"{why} at {st.clock().isoformat()}; resume restores checkpoint "
                     f"{row.head_checkpoint_id} (files only)"
                 )
                 log.warning("sandbox %s: %s", row.id, row.error)
