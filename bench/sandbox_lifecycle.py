@@ -517,8 +517,10 @@ def docker_part(n: int, work: Path) -> None:
             kids = [rt.restore(f"bench{i}k{k}", [ck], None, work / f"d{i}k{k}") for k in range(3)]
             assert all(rt.read_file(k, STATE) == b"docker\n" for k in kids)
             rec("docker fork x3 (3 containers from the commit, to first read)", since(t))
-            rec("docker exec after a background fork bomb", docker_after_bomb(rt, h))
+            # the hog first: the bomb keeps running, and with its memory the container's
+            # own limit (not the command's) would end the hog
             rec("docker exec after a command killed for memory", docker_after_hog(rt, h))
+            rec("docker exec after a background fork bomb", docker_after_bomb(rt, h))
             for k in [*kids, h]:
                 rt.destroy(k)
     finally:
