@@ -267,10 +267,11 @@ def test_e2b_envs_metrics_and_get_host(url):  # type: ignore[no-untyped-def]
         Sandbox.kill(sbx.sandbox_id, **opts)
 
 
-def test_stop_with_open_streams_ends_in_bound_and_pauses(tmp_path):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_stop_with_open_streams_ends_in_bound_and_pauses(tmp_path, runtime):  # type: ignore[no-untyped-def]
     """SIGTERM (what ``k3stack down`` sends) while a client holds a streamed ``sleep``: the
     service cancels the stream after its grace, kills the command and pauses the sandbox, so
-    nothing is left running and the row is not ``running``."""
+    nothing is left running (no container either) and the row is not ``running``."""
     import os
     import signal
     import subprocess
@@ -281,7 +282,8 @@ def test_stop_with_open_streams_ends_in_bound_and_pauses(tmp_path):  # type: ign
     data, port = tmp_path / "data", free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
            "K3STACK_DATA_DIR": str(data), "K3STACK_SANDBOX__PORT": str(port),
-           "K3STACK_SANDBOX__RUNTIME": "process", "K3STACK_SANDBOX__DEFAULT_TIMEOUT_S": "0"}  # fmt: skip
+           "K3STACK_SANDBOX__RUNTIME": runtime, "K3STACK_SANDBOX__DEFAULT_TIMEOUT_S": "0"}  # fmt: skip
+    runtime_ready(runtime)
     service = [sys.executable, "-m", "services.sandbox"]
     c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=GENEROUS_S)
     with spawn(service, env=env, port=port, timeout=180) as srv:
@@ -305,9 +307,18 @@ def test_stop_with_open_streams_ends_in_bound_and_pauses(tmp_path):  # type: ign
         except subprocess.TimeoutExpired:
             pytest.fail("the service did not stop with a stream open")
         holder.join(GENEROUS_S)
+    if runtime == "docker":
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=k3stack.sandbox={sid}"],
+                              capture_output=True, text=True).stdout  # fmt: skip
+        assert not left.strip(), f"a container outlived the service: {left}"
     with spawn(service, env=env, port=port, timeout=180):
         assert c.get(f"/sandboxes/{sid}").json()["state"] == "paused"
+        cks = [x["id"] for x in c.get(f"/sandboxes/{sid}/checkpoints").json()]
         c.delete(f"/sandboxes/{sid}")
+    if runtime == "docker":
+        from tests.sandbox.test_docker_runtime import _remove_checkpoint_images
+
+        _remove_checkpoint_images(cks)
 
 
 def test_slots_bound_each_sandbox_each_key_and_all():  # type: ignore[no-untyped-def]
