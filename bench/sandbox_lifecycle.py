@@ -487,10 +487,12 @@ def docker_part(n: int, work: Path) -> None:
         raise RuntimeError(why)
     rt.image_for("busybox")  # imported once, not timed
     made: list[str] = []
+    live: list = []  # every container made, destroyed even when a part fails
     try:
         for i in range(n):
             t = time.perf_counter()
             h = rt.create(f"bench{i}", SandboxSpec(), work / f"d{i}")
+            live.append(h)
             rec("docker create (container from the imported template)", since(t))
             t = time.perf_counter()
             assert rt.exec(h, ExecRequest(argv=["true"])).exit_code == 0
@@ -511,19 +513,21 @@ def docker_part(n: int, work: Path) -> None:
             t = time.perf_counter()
             rt.stop(h)
             h = rt.restore(f"bench{i}", [ck], None, work / f"d{i}")
+            live.append(h)
             assert rt.read_file(h, STATE) == b"docker\n"
             rec("docker restore (commit image -> new container, to first read)", since(t))
             t = time.perf_counter()
             kids = [rt.restore(f"bench{i}k{k}", [ck], None, work / f"d{i}k{k}") for k in range(3)]
+            live += kids
             assert all(rt.read_file(k, STATE) == b"docker\n" for k in kids)
             rec("docker fork x3 (3 containers from the commit, to first read)", since(t))
             # the hog first: the bomb keeps running, and with its memory the container's
             # own limit (not the command's) would end the hog
             rec("docker exec after a command killed for memory", docker_after_hog(rt, h))
             rec("docker exec after a background fork bomb", docker_after_bomb(rt, h))
-            for k in [*kids, h]:
-                rt.destroy(k)
     finally:
+        for k in live:
+            rt.destroy(k)
         for ck_id in made:
             subprocess.run(["docker", "rmi", "-f", f"{CHECKPOINT_REPO}:{ck_id}"],
                            capture_output=True)  # fmt: skip
