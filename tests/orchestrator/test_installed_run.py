@@ -1,10 +1,8 @@
 """The acceptance command as a user runs it: ``k3stack run --scenario hr_onboarding --harness
-claude-code-cli --policy oracle`` against the orchestrator service and a Celery worker (processes,
-embedded stores), the real Claude Code binary driven by the gateway's oracle engine: every event
-scored, the real agent and its version in the ATIF export, the report written.
-
-Only Claude Code here: the same path for Codex runs in test_installed_oracle (in-process runner),
-and a second whole scenario through the command would double this test's minutes."""
+claude-code-cli --policy oracle`` (and ``codex-cli``) against the orchestrator service, a Celery
+worker and the sandbox service (processes, embedded stores), the real binary running in the
+episode's sandbox (process runtime) driven by the gateway's oracle engine: every event scored,
+the real agent, its version and the sandbox runtime in the ATIF export, the report written."""
 
 from __future__ import annotations
 
@@ -23,14 +21,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SCENARIO = "hr_onboarding"
 
 
-def test_k3stack_run_with_the_real_claude_code_scores_every_event(
-    tools_url, tmp_path: Path, monkeypatch
+@pytest.mark.parametrize("preset", list(AGENTS))
+def test_k3stack_run_with_the_real_cli_scores_every_event(
+    tools_url, sandbox_url, tmp_path: Path, monkeypatch, preset: str
 ) -> None:
-    agent = AGENTS["claude-code-cli"]
+    agent = AGENTS[preset]
     assert agent.installed(), "run scripts/setup_agents.sh"
-    with orchestrator_processes(tools_url, tmp_path, monkeypatch) as api_url:
+    with orchestrator_processes(tools_url, tmp_path, monkeypatch, sandbox_url) as api_url:
         result = k3stack_run(
-            "--scenario", SCENARIO, "--harness", "claude-code-cli", "--policy", "oracle",
+            "--scenario", SCENARIO, "--harness", preset, "--policy", "oracle",
             "--poll-s", "1",
         )  # fmt: skip
         assert result.exit_code == 0, result.output
@@ -46,7 +45,7 @@ def test_k3stack_run_with_the_real_claude_code_scores_every_event(
         raw = httpx.get(f"{api_url}/episodes/{episode['id']}/trajectory", timeout=60)
         atif = to_atif(Trajectory.model_validate_json(raw.content))
     validate_atif(atif)
-    assert atif["extra"]["k3stack"]["extra"]["agent_runtime"] == "host-process"
+    assert atif["extra"]["k3stack"]["extra"]["agent_runtime"] == "process"
     assert (atif["agent"]["name"], atif["agent"]["version"]) == (agent.name, agent.version)
     calls = [c for s in atif["steps"] if s["source"] == "agent" for c in s.get("tool_calls", [])]
     assert calls and all(c["function_name"].startswith("mcp__") for c in calls), calls
