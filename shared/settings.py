@@ -278,7 +278,8 @@ class SandboxSettings(ServiceSettings):
         "are forwarded to that guest port.",
     )
     process_ro_binds: list[Path] = Field(
-        default_factory=lambda: [Path("/var/cache/k3stack/agents")],
+        ["/var/cache/k3stack/agents"],
+        validate_default=True,
         description="Host folders every process-runtime sandbox sees read-only at the same path "
         "(those that exist); the default is where scripts/setup_agents.sh puts the agent CLIs.",
     )

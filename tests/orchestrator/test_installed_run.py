@@ -60,3 +60,32 @@ def test_k3stack_run_with_the_real_cli_scores_every_event(
     assert any(s.get("observation") for s in atif["steps"] if s["source"] == "agent")
     written = tmp_path / "data" / "objects" / "orchestrator" / "episodes" / episode["id"]
     assert (written / "report.html").is_file() and (written / "trajectory.json").is_file()
+
+
+@pytest.mark.parametrize("preset", list(AGENTS))
+def test_k3stack_harness_compare_prints_both_fingerprints(
+    tools_url, sandbox_url, tmp_path: Path, monkeypatch, preset: str
+) -> None:
+    """``k3stack harness compare WHITE REAL --scenario hr_onboarding``: both run with the oracle
+    (the real CLI in its sandbox) and the table shows both columns, each scoring every event."""
+    from typer.testing import CliRunner
+
+    from services.orchestrator import cli
+    from services.orchestrator.harness.config import load_harness
+
+    white = str(load_harness(preset).based_on)
+    monkeypatch.setattr(cli.console, "width", 1000)  # one line a row
+    with orchestrator_processes(tools_url, tmp_path, monkeypatch, sandbox_url):
+        result = CliRunner().invoke(
+            cli.harness_app, ["compare", white, preset, "--scenario", SCENARIO, "--poll-s", "1"]
+        )
+    print(result.output)  # the README's table
+    assert result.exit_code == 0, result.output
+    _, total = oracle_score(tools_url, SCENARIO, 0)
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    for key in ("native tools offered", "system prompt (chars)", "requests per day",
+                "tokens per request (mean)", "compactions (at tokens)"):  # fmt: skip
+        assert key in rows, result.output
+    assert rows["events passed"].count(f"{total}/{total}") == 2, rows["events passed"]
+    if preset == "codex-cli":  # the corrected white-box preset runs commands as the CLI does
+        assert rows["native tools offered"].count("exec_command") == 2, rows
