@@ -283,6 +283,12 @@ class SandboxSettings(ServiceSettings):
         description="Domain of E2B's get_host(port): requests for <port>-<sandbox id>.<this> "
         "are forwarded to that guest port.",
     )
+    process_ro_binds: list[Path] = Field(
+        ["/var/cache/k3stack/agents"],
+        validate_default=True,
+        description="Host folders every process-runtime sandbox sees read-only at the same path "
+        "(those that exist); the default is where scripts/setup_agents.sh puts the agent CLIs.",
+    )
     guest_pids_max: int = Field(
         1024, ge=16, le=1 << 22,
         description="Processes a sandbox's commands may have at once (cgroup pids.max); one "

@@ -95,6 +95,15 @@ def services(tools_url: str, tmp_path: Path) -> Iterator[Any]:
     svc.tools.close()
 
 
+@pytest.fixture
+def agent_services(services: Any, sandbox_url: str) -> Any:
+    """The episode's services with the real sandbox service, where an installed agent runs."""
+    from shared.clients import SandboxClient
+
+    services.sandbox = SandboxClient(sandbox_url, timeout=660.0)
+    return services
+
+
 def oracle_score(tools_url: str, scenario: str, seed: int) -> tuple[int, int]:
     """The tools service's own oracle (REST routes) on a fresh world: (passed, total)."""
     from datetime import datetime

@@ -21,9 +21,12 @@ from tests.orchestrator.conftest import REPO, service_env
 
 
 @contextmanager
-def orchestrator_processes(tools_url: str, tmp_path: Path, monkeypatch) -> Iterator[str]:
+def orchestrator_processes(
+    tools_url: str, tmp_path: Path, monkeypatch, sandbox_url: str = "http://127.0.0.1:9"
+) -> Iterator[str]:
     """The orchestrator service and one Celery worker as processes (SQLite stores, the tools
-    service at ``tools_url``); the CLI's settings point at the service. Yields its URL."""
+    service at ``tools_url``, the sandbox service at ``sandbox_url``); the CLI's settings point
+    at the service. Yields its URL."""
     env = service_env(
         tmp_path / "data",
         K3STACK_DATABASE_URL=f"sqlite:///{tmp_path}/orch.db",
@@ -31,7 +34,7 @@ def orchestrator_processes(tools_url: str, tmp_path: Path, monkeypatch) -> Itera
         K3STACK_RESULT_BACKEND=f"db+sqlite:///{tmp_path}/results.db",
         K3STACK_TOOLS__URL=tools_url,
         K3STACK_MODEL__URL="http://127.0.0.1:9",
-        K3STACK_SANDBOX__URL="http://127.0.0.1:9",
+        K3STACK_SANDBOX__URL=sandbox_url,
     )
     argv = [sys.executable, *worker_argv("orchestrator", concurrency=1, pool="solo")]
     with (

@@ -23,8 +23,8 @@ from services.orchestrator.skills import load_skills, parse_skill
 from services.orchestrator.tools.builtin import CATALOGUE, UnknownTools, toolset_of
 
 NATIVE = {
-    "claude-code": {"Bash", "Read", "Write", "Edit", "Glob", "Grep", "TodoWrite", "Agent"},
-    "codex": {"shell", "apply_patch", "update_plan", "spawn_agent"},
+    "claude-code": {"Bash", "Read", "Write", "Edit", "TodoWrite", "Agent", "Skill"},
+    "codex": {"exec_command", "apply_patch", "update_plan", "spawn_agent"},
     "kimi-code": {"Shell", "ReadFile", "WriteFile", "StrReplaceFile", "SetTodoList", "Agent"},
     "openclaw": {"read", "write", "edit", "apply_patch", "exec", "memory_search", "memory_get"},
     "hermes": {"terminal", "read_file", "write_file", "patch", "search_files", "todo", "memory",
@@ -50,18 +50,25 @@ def test_native_argument_names() -> None:
     def props(key: str) -> set[str]:
         return set(CATALOGUE[key].parameters["properties"])
 
-    assert props("Read") == {"file_path", "offset", "limit"}
+    # the names the real CLIs' first requests carry (tests/orchestrator/fixtures)
+    assert props("Read") == {"file_path", "offset", "limit", "pages"}
+    assert {"skill", "args"} == props("Skill")
+    assert {"description", "prompt", "subagent_type", "model", "run_in_background"} == props(
+        "Agent"
+    )
     assert props("Edit") == {"file_path", "old_string", "new_string", "replace_all"}
     assert {"command", "timeout", "description", "run_in_background"} == props("Bash")
     assert props("shell") == {"command", "workdir", "timeout_ms", "justification"}
     assert CATALOGUE["shell"].parameters["properties"]["command"]["type"] == "array"
+    assert {"cmd", "workdir", "shell", "login", "yield_time_ms", "max_output_tokens"} <= props(
+        "exec_command"
+    )
     assert props("apply_patch") == {"input"}
     assert props("update_plan") == {"explanation", "plan"}
     assert props("ReadFile") == {"path", "line_offset", "n_lines"}
     assert props("StrReplaceFile") == {"path", "edit"}
     assert props("edit") == {"path", "oldText", "newText"}
     assert props("memory") == {"action", "target", "content", "old_text"}
-    assert props("Agent") == {"description", "prompt", "subagent_type"}
     assert props("Agent@kimi") == {"description", "prompt", "subagent_type", "resume"}
 
 

@@ -1,7 +1,8 @@
 """Episodes of the `installed` harness kind: the real Claude Code CLI (scripts/setup_agents.sh)
-drives a real world of the tools service through its MCP endpoint, its model calls going through
-the recording gateway to the tiny model; a day runs to its budget without crashing the episode,
-and a CLI killed with SIGKILL mid-day ends it ``agent_crashed`` with its world released."""
+runs inside the episode's sandbox (the real sandbox service, process runtime) and drives a real
+world of the tools service through its MCP endpoint, its model calls going through the recording
+gateway to the tiny model; a day runs to its budget without crashing the episode, and a CLI
+killed with SIGKILL mid-day ends it ``agent_crashed`` with its sandbox and world released."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from services.orchestrator.episode.runner import EpisodeRunner
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.service import create_episode
 from services.orchestrator.installed.catalog import AGENTS
+from shared.clients import ServiceError
 from shared.trajectory.atif import to_atif
 from tests.model.conftest import model_settings, running
 from tests.orchestrator.cli_capture import LONG_CONTEXT
@@ -55,10 +57,10 @@ def _row(db, episode_id: str) -> EpisodeRow:
     return row
 
 
-def test_real_cli_on_the_tiny_model_runs_its_day_and_is_scored(orch_db, services, tiny_long):
+def test_real_cli_on_the_tiny_model_runs_its_day_and_is_scored(orch_db, agent_services, tiny_long):
     assert AGENTS["claude-code-cli"].installed()
     episode_id = _episode(orch_db, tiny_long, max_output_tokens=8, steps_per_day=1, max_wall_s=240)
-    EpisodeRunner(orch_db, services, episode_id).run()
+    EpisodeRunner(orch_db, agent_services, episode_id).run()
     row = _row(orch_db, episode_id)
     assert row.status == "succeeded", (row.error_code, row.error_message)
     assert row.result["events_total"] > 0 and row.resources_released
@@ -74,25 +76,57 @@ def test_real_cli_on_the_tiny_model_runs_its_day_and_is_scored(orch_db, services
     atif = to_atif(to_shared(doc))
     agent = AGENTS["claude-code-cli"]
     assert (atif["agent"]["name"], atif["agent"]["version"]) == (agent.name, agent.version)
+    assert atif["extra"]["k3stack"]["extra"]["agent_runtime"] == "process"
+    assert _released(agent_services, row.sandbox_id)
+
+
+def _released(agent_services, sandbox_id: str | None) -> bool:
+    assert sandbox_id, "the episode had no sandbox"
+    try:
+        return agent_services.sandbox.get(sandbox_id).state == "killed"
+    except ServiceError as exc:
+        return exc.status == 404
+
+
+def _cli_processes(root: int, prefix: str) -> list[int]:
+    """Host pids of the agent binary's processes under the exec whose group is ``root``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            exe = os.readlink(f"/proc/{name}/exe")
+            if exe.startswith(prefix) and os.getpgid(int(name)) == root:
+                found.append(int(name))
+        except OSError:
+            continue
+    return found
 
 
 def test_sigkill_mid_day_is_agent_crashed_and_releases_the_world(
-    orch_db, services, tiny_long, tools_url
+    orch_db, agent_services, tiny_long, tools_url
 ):
     episode_id = _episode(orch_db, tiny_long, max_output_tokens=8, max_wall_s=400)
-    runner = threading.Thread(target=EpisodeRunner(orch_db, services, episode_id).run)
+    runner = threading.Thread(target=EpisodeRunner(orch_db, agent_services, episode_id).run)
     runner.start()
-    pidfile = services.settings.data_dir / "agent-runs" / episode_id / "agent.pid"
+    # the exec's host process group, written when the sandbox started the day's command
+    pidfile = agent_services.settings.data_dir / "agent-runs" / episode_id / "agent.pid"
+    prefix = str(AGENTS["claude-code-cli"].prefix())
     deadline = time.monotonic() + 240
-    while not pidfile.exists() and time.monotonic() < deadline:
+    cli: list[int] = []
+    while not cli and time.monotonic() < deadline:  # mid-day: the binary itself is running
+        if pidfile.exists():
+            cli = _cli_processes(int(pidfile.read_text() or 0), prefix)
         time.sleep(0.2)
-    assert pidfile.exists(), "the CLI never started"
-    time.sleep(3)  # mid-day: it is starting up or waiting on its first model call
-    os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+    assert cli, "the CLI never started"
+    # it runs in the sandbox: its own PID namespace, not the worker's
+    assert os.readlink(f"/proc/{cli[0]}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    for pid in cli:
+        os.kill(pid, signal.SIGKILL)
     runner.join(120)
     row = _row(orch_db, episode_id)
     assert (row.status, row.error_code) == ("failed", "agent_crashed"), row.error_message
-    assert row.resources_released
+    assert row.resources_released and _released(agent_services, row.sandbox_id)
     assert (
         httpx.get(f"{tools_url}/worlds/{row.world_id}/clock", headers=TOOLS_ADMIN).status_code
         == 404

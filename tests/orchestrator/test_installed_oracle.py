@@ -20,13 +20,13 @@ pytestmark = pytest.mark.timeout(900)
 SCENARIO = "hr_onboarding"
 
 
-def _run(orch_db, services, harness: str):
+def _run(orch_db, agent_services, harness: str):
     body = EpisodeCreate.model_validate(
         {"task": {"scenario": SCENARIO, "seed": 0}, "harness": harness,
          "policy": {"kind": "oracle"}, "budgets": {"max_wall_s": 800}}
     )  # fmt: skip
     episode_id = create_episode(orch_db, body, lambda _id: None)
-    EpisodeRunner(orch_db, services, episode_id).run()
+    EpisodeRunner(orch_db, agent_services, episode_id).run()
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         s.expunge(row)
@@ -34,8 +34,10 @@ def _run(orch_db, services, harness: str):
 
 
 @pytest.mark.parametrize("preset", list(AGENTS))
-def test_real_cli_driven_by_the_oracle_scores_every_event(orch_db, services, tools_url, preset):
-    row, doc = _run(orch_db, services, preset)
+def test_real_cli_driven_by_the_oracle_scores_every_event(
+    orch_db, agent_services, tools_url, preset
+):
+    row, doc = _run(orch_db, agent_services, preset)
     assert row.status == "succeeded", (row.error_code, row.error_message)
     passed, total = oracle_score(tools_url, SCENARIO, 0)
     assert (row.result["events_passed"], row.result["events_total"]) == (passed, total)
@@ -45,6 +47,7 @@ def test_real_cli_driven_by_the_oracle_scores_every_event(orch_db, services, too
     atif = to_atif(to_shared(doc))
     validate_atif(atif)
     assert atif["agent"]["version"] == AGENTS[preset].version
+    assert atif["extra"]["k3stack"]["extra"]["agent_runtime"] == "process"
     # each exchange an agent step; the oracle's calls there, answered by the CLI's tool results
     agent_steps = [s for s in atif["steps"] if s["source"] == "agent"]
     exchanges = [x for x in doc["items"] if x["kind"] == "exchange"]
@@ -54,7 +57,7 @@ def test_real_cli_driven_by_the_oracle_scores_every_event(orch_db, services, too
     assert sum(len(s.get("observation", {}).get("results", [])) for s in agent_steps) == len(called)
 
     # the fidelity table against the white-box preset it imitates (printed for the README)
-    _, white_doc = _run(orch_db, services, load_harness(preset).based_on)
+    _, white_doc = _run(orch_db, agent_services, load_harness(preset).based_on)
     white, real = fidelity(white_doc), fidelity(doc)
     print(f"\n| {preset} vs white-box | white-box | real CLI |\n|---|---|---|")
     for key, a, b in table(white, real):

@@ -1,5 +1,5 @@
 """A free-instruction episode with a sandbox (the real sandbox service, process runtime):
-Codex's shell and apply_patch act on the sandbox's files; the sandbox is released at the end."""
+Codex's exec_command and apply_patch act on the sandbox's files; the sandbox is released at the end."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ TURNS = [
     ("apply_patch", {"input": ADD}),
     ("apply_patch", {"input": UPDATE}),
     ("apply_patch", {"input": BAD}),
-    ("shell", {"command": ["apply_patch", MOVE]}),
-    ("shell", {"command": ["cat", "proj/main.py"]}),
-    ("shell", {"command": ["sh", "-c", "echo oops >&2; exit 3"]}),
+    ("exec_command", {"cmd": f"apply_patch <<'EOF'\n{MOVE}\nEOF\n"}),
+    ("exec_command", {"cmd": "cat proj/main.py"}),
+    ("exec_command", {"cmd": "echo oops >&2; exit 3"}),
     ("update_plan", {"plan": [{"step": "edit app", "status": "completed"}]}),
 ]
 
@@ -68,9 +68,9 @@ def test_codex_edits_files_in_a_sandbox(orch_db, services, sandbox_url, tmp_path
     assert text[1].startswith("Success.") and "M /root/proj/app.py" in text[1]
     assert obs[2]["is_error"] and "Failed to find expected lines" in text[2]
     assert "M /root/proj/main.py" in text[3]
-    assert json.loads(text[4])["output"] == "def f():\n    return 2\n"
-    failed = json.loads(text[5])
-    assert failed["metadata"]["exit_code"] == 3 and "oops" in failed["output"]
+    assert text[4].startswith("Exit code: 0\n")
+    assert text[4].endswith("Output:\ndef f():\n    return 2\n")
+    assert text[5].startswith("Exit code: 3\n") and "oops" in text[5]
     assert text[6] == "Plan updated"
     assert row.state["scratch"]["plan"] == [{"step": "edit app", "status": "completed"}]
     # the sandbox lease was released with the episode

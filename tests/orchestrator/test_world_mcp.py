@@ -29,6 +29,11 @@ def test_the_official_client_lists_and_calls_world_tools(services: Any) -> None:
             listed.effect == "none" and by_name["mcp__slack__slack_post_message"].effect == "world"
         )
         assert "general" in listed.run(None, {})
+        # Codex's naming (the codex preset): hyphens become underscores, the call still reaches
+        # the hyphenated MCP tool
+        codex = {t.name: t for t in world_tools(mcp, ["calendar"], "mcp__{server}__{tool}", True)}
+        assert "mcp__calendar__create_event" in codex and not any("-" in n for n in codex)
+        assert codex["mcp__calendar__create_event"].source == "calendar/create-event"
         with pytest.raises(ToolFailure, match="slack MCP|MCP error"):
             WorldMCP(services.tools, world.id, "wrong-token", timeout_s=30).list_tools("slack")
     finally:

@@ -9,8 +9,10 @@ running at the end is destroyed, so no bwrap or QEMU process outlives its test.
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,27 @@ def proc(service: Callable[..., Service]) -> Service:
     if not ok:
         pytest.fail(f"the process runtime cannot run here: {why}")
     return service("process")
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = f"hello from {self.server.server_address[1]}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_servers():
+    """Two loopback HTTP servers: one to allow, one that must stay unreachable."""
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), _Hello) for _ in range(2)]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    yield [s.server_address[1] for s in servers]
+    for s in servers:
+        s.shutdown()
+        s.server_close()

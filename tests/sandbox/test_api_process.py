@@ -467,3 +467,31 @@ def test_checkpoints_while_a_foreground_exec_runs_do_not_stall_it(proc):
     assert taken >= 1
     out = result["r"]
     assert out["exit_code"] == 0 and not out["timed_out"] and out["stdout"] == "done\n", out  # type: ignore[index]
+
+
+def test_allowlist_egress_and_read_only_host_folder(service, tmp_path, http_servers):
+    """Network mode ``allowlist`` on the process runtime: the guest reaches each allowed host
+    port at its guest address and nothing else on the host; a folder of ``process_ro_binds``
+    (the agent CLIs' cache, for installed-agent episodes) is visible read-only at its path."""
+    shared_dir = tmp_path / "shared-ro"
+    shared_dir.mkdir()
+    (shared_dir / "tool.txt").write_text("from the host\n")
+    c = service("process", process_ro_binds=[str(shared_dir)]).client
+    allowed, other = http_servers
+    dest = f"127.0.0.1:{allowed}"
+    sid = create(c, network={"mode": "allowlist", "allow": [dest]})
+    guest = c.get(f"/sandboxes/{sid}").json()["guest_addresses"][dest]
+    assert guest == f"127.0.0.100:{allowed}"
+    fetch = (
+        "python3 -c 'import sys, urllib.request as u; "
+        'print(u.urlopen(sys.argv[1], timeout=10).read().decode(), end="")\''
+    )
+    got = sh(c, sid, f"{fetch} http://{guest}/hello")
+    assert got["stdout"] == f"hello from {allowed}\n", got
+    refused = sh(c, sid, f"{fetch} http://127.0.0.1:{other}/")
+    assert refused["exit_code"] != 0 and "hello" not in refused["stdout"], refused
+    seen = sh(c, sid, f"cat {shared_dir}/tool.txt; echo x > {shared_dir}/new.txt")
+    assert seen["stdout"] == "from the host\n" and seen["exit_code"] != 0, seen
+    assert "Read-only" in seen["stderr"], seen
+    assert not (shared_dir / "new.txt").exists()
+    assert c.delete(f"/sandboxes/{sid}").status_code == 204

@@ -9,36 +9,9 @@ forward slot) is unreachable. Nothing here leaves the loopback interface.
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(300)]
-
-
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = f"hello from {self.server.server_address[1]}\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def http_servers():
-    """Two loopback HTTP servers: one to allow, one that must stay unreachable."""
-    servers = [ThreadingHTTPServer(("127.0.0.1", 0), _Hello) for _ in range(2)]
-    for s in servers:
-        threading.Thread(target=s.serve_forever, daemon=True).start()
-    yield [s.server_address[1] for s in servers]
-    for s in servers:
-        s.shutdown()
-        s.server_close()
 
 
 @pytest.fixture

@@ -355,7 +355,10 @@ class EpisodeRunner:
         if state.get("world"):
             w = state["world"]
             mcp = WorldMCP(self.svc.tools, w["id"], w["token"])
-            found = world_tools(mcp, scenario_apps(scenario or {}), harness.mcp_tool_name)
+            found = world_tools(
+                mcp, scenario_apps(scenario or {}), harness.mcp_tool_name,
+                harness.mcp_name_underscores,
+            )  # fmt: skip
             for t in found:
                 tools.add(t)
             names = mcp_name_map(found)

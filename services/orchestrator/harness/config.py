@@ -119,6 +119,9 @@ class HarnessConfig(_Strict):
     mcp_tool_name: str = Field(
         "{tool}", description="How world app tools are named: {server} and {tool}."
     )
+    mcp_name_underscores: bool = Field(
+        False, description="Hyphens in world tool names become underscores (as Codex names them)."
+    )
     memory_files: list[str] = Field(default_factory=list)
     memory_max_chars: int = Field(25_000, ge=0)
     skills_dirs: list[str] = Field(default_factory=list)

@@ -7,9 +7,13 @@ prompt is the task; each later day's is the clock's notice, after the clock move
 due event (as the white-box loop does). Every model exchange the gateway saw becomes an
 ``exchange`` item and every invocation an ``agent_day`` item; the world is scored as any other.
 
-The CLI runs as a process of the worker with its own HOME and working folder, in a session of
-its own (a stand-in for the sandbox: the sandbox service's process runtime cannot yet host a
-400 MB native binary with loopback access to the gateway; say so in the result, ``runtime``).
+The CLI runs inside the episode's sandbox (the sandbox service's runtime: ``process`` here,
+``microvm`` on KVM hosts; the result and the ATIF export say which, ``runtime``): the agent
+cache is shared into it read-only (the sandbox service's ``process_ro_binds``), its network is
+an allowlist of two destinations, the gateway and the tools service (whose world token admits
+only this world's MCP routes), and its HOME and working folder are the sandbox's. Each day's
+generated files (MCP config, Codex's config.toml and catalogue) are written here under a
+staging folder and copied in (:func:`~.launch.relocate`); one streamed exec runs the day.
 How a day ends is named: the CLI's own end of turn (Claude Code's ``result`` event, Codex's
 ``turn.completed`` / ``turn.failed``) goes on to the next day, even with exit status 1 (an API
 error it reported); otherwise ``agent_timeout`` (past the day's wall budget, killed),
@@ -20,28 +24,33 @@ error it reported); otherwise ``agent_timeout`` (past the day's wall budget, kil
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
 
 from services.orchestrator.gateway import Route, Routes, serving
 from services.orchestrator.installed.catalog import AGENTS, Agent, require
 from services.orchestrator.installed.launch import (
+    BUNDLED_CATALOG,
+    QUIET_ENV,
     Endpoint,
     Invocation,
     MCPServer,
     claude_invocation,
     codex_invocation,
+    relocate,
 )
 from services.orchestrator.tools.mcp import scenario_apps
 
-RUNTIME = "host-process"
+GUEST_HOME = "/root/agent"
+GUEST_WORK = "/root/work"
 ENDS = {"claude-code-cli": ("result",), "codex-cli": ("turn.completed", "turn.failed")}
 
 
@@ -82,32 +91,41 @@ def outcome(preset: str, day: Day) -> str | None:
     return None
 
 
-def run_process(inv: Invocation, timeout_s: float, pidfile: Path | None = None) -> Day:
-    """Run one invocation in its own session; past ``timeout_s`` its whole group is killed."""
+def run_in_sandbox(
+    sandbox: Any, sandbox_id: str, inv: Invocation, timeout_s: float, pidfile: Path | None = None
+) -> Day:
+    """Run one invocation as a streamed exec of the sandbox; past ``timeout_s`` the sandbox
+    kills its process group. A command killed by signal N exits 128+N there: ``returncode``
+    is -N, as a host process's would be. ``pidfile``: the exec's host process group id."""
+    from shared.clients import ServiceError
+
     started = time.monotonic()
-    proc = subprocess.Popen(
-        inv.argv, env=inv.env, cwd=inv.cwd, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    if pidfile is not None:
-        pidfile.write_text(str(proc.pid))
+    out: list[str] = []
+    err: list[str] = []
+    rc: int | None = None
     timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        for ev in sandbox.exec_stream(
+            sandbox_id, inv.argv, env=inv.env, cwd=str(inv.cwd), timeout_s=timeout_s
+        ):
+            if ev.kind == "start" and pidfile is not None and ev.pid:
+                pidfile.write_text(str(ev.pid))
+            elif ev.kind == "stdout":
+                out.append(ev.data)
+            elif ev.kind in ("stderr", "error"):
+                err.append(ev.data)
+            elif ev.kind == "exit":
+                rc, timed_out = ev.exit_code, ev.timed_out
+    except (ServiceError, httpx.HTTPError) as exc:  # the sandbox went away mid-day
+        err.append(f"\n[sandbox exec ended: {exc}]")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
         if pidfile is not None:
             pidfile.unlink(missing_ok=True)
-    events, garbage = parse_output(out or "")
-    return Day(
-        proc.returncode, events, garbage, timed_out, time.monotonic() - started, (err or "")[-2000:]
-    )
+    if rc is not None and rc > 128:
+        rc = 128 - rc
+    events, garbage = parse_output("".join(out))
+    tail = "".join(err)[-2000:]
+    return Day(rc, events, garbage, timed_out, time.monotonic() - started, tail)
 
 
 class InstalledEpisode:
@@ -123,6 +141,8 @@ class InstalledEpisode:
         self.steps: list[dict[str, Any]] = []
         self.oracle: Any = None
         self._oracle_seen = -1
+        self.sandbox_id = ""
+        self._bundled: str | None = None  # Codex's catalogue, as its binary prints it
 
     # -- policy endpoint -------------------------------------------------------------------------
 
@@ -166,22 +186,25 @@ class InstalledEpisode:
             start=datetime.fromisoformat(scenario["start"]),
         )  # fmt: skip
         state.setdefault("session_id", str(uuid.uuid4()))
-        r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
-                          "package": self.agent.package, "runtime": RUNTIME})  # fmt: skip
-        r._persist(state)
-        tools_url = r.svc.tools.base_url
-        mcp = [
-            MCPServer(app, f"{tools_url}/worlds/{w['id']}/mcp/{app}",
-                      {"Authorization": f"Bearer {w['token']}"})
-            for app in scenario_apps(scenario)
-        ]  # fmt: skip
         routes = Routes()
         routes.add(r.id, self._route(world))
         deadline = time.monotonic() + self.harness.budgets.max_wall_s
         prompt = self._task_prompt(scenario, world.now())
         reason: str | None = None
         with serving(routes) as gateway:
-            endpoint = Endpoint(f"{gateway}/episodes/{r.id}", "episode", self._model_name())
+            at = self._sandbox(state, gateway)
+            r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
+                              "package": self.agent.package, "runtime": state["runtime"],
+                              "sandbox_id": self.sandbox_id})  # fmt: skip
+            r._persist(state)
+            mcp = [
+                MCPServer(app, f"http://{at['tools']}/worlds/{w['id']}/mcp/{app}",
+                          {"Authorization": f"Bearer {w['token']}"})
+                for app in scenario_apps(scenario)
+            ]  # fmt: skip
+            endpoint = Endpoint(
+                f"http://{at['gateway']}/episodes/{r.id}", "episode", self._model_name()
+            )
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -207,6 +230,38 @@ class InstalledEpisode:
             r._persist(state)
             r.store.fail(r.id, r.owner, reason or "agent_failed", self._detail(state))
 
+    def _sandbox(self, state: dict[str, Any], gateway: str) -> dict[str, str]:
+        """The episode's sandbox, its network the gateway and the tools service only; returns
+        where the guest reaches each. A resumed job gets a fresh one (the gateway moved)."""
+        from services.orchestrator.episode.models import EpisodeRow
+
+        r = self.r
+        box = r.svc.sandbox
+        if state.get("sandbox_id"):
+            from shared.clients import ServiceError
+
+            try:
+                box.kill(state["sandbox_id"])
+            except ServiceError:
+                pass
+        dests = {
+            "gateway": urlsplit(gateway).netloc,
+            "tools": urlsplit(r.svc.tools.base_url).netloc,
+        }
+        created = box.create(
+            self.request.task.sandbox_template or "debian",
+            metadata={"k3stack_episode": r.id, "agent": self.agent.name},
+            network={"mode": "allowlist", "allow": list(dests.values())},
+            timeout=int(self.harness.budgets.max_wall_s) + 600,
+        )  # fmt: skip
+        self.sandbox_id = created.sandboxID
+        state["sandbox_id"], state["runtime"] = created.sandboxID, created.runtime
+        with r.db.session() as s:
+            s.get(EpisodeRow, r.id).sandbox_id = created.sandboxID
+        guest = box.get(created.sandboxID).guest_addresses
+        box.exec(created.sandboxID, ["mkdir", "-p", f"{GUEST_HOME}/.codex", GUEST_WORK])
+        return {name: guest[dest] for name, dest in dests.items()}
+
     def _model_name(self) -> str:
         return self.request.policy.model or "k3"
 
@@ -225,18 +280,39 @@ class InstalledEpisode:
     def _day(
         self, endpoint: Endpoint, prompt: str, mcp: list[MCPServer], state: dict, left: float
     ) -> Day:
-        cwd = self.home / "work"
-        cwd.mkdir(parents=True, exist_ok=True)
+        box = self.r.svc.sandbox
+        staging = self.home / "stage"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        cwd = Path(GUEST_WORK)
         resume = state["day"] > 1 or state.get("days_run", 0) > 0
         if self.preset == "claude-code-cli":
             inv = claude_invocation(
-                self.agent, endpoint, self.home, cwd, prompt, state["session_id"], resume=resume,
+                self.agent, endpoint, staging, cwd, prompt, state["session_id"], resume=resume,
                 mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
             )  # fmt: skip
         else:
             thread = state.get("thread_id") if resume else None
-            inv = codex_invocation(self.agent, endpoint, self.home, cwd, prompt, thread, mcp=mcp)
-        return run_process(inv, left, self.home / "agent.pid")
+            inv = codex_invocation(
+                self.agent, endpoint, staging, cwd, prompt, thread, mcp=mcp,
+                bundled=self._codex_catalog(),
+            )  # fmt: skip
+        inv, files = relocate(inv, staging, GUEST_HOME)
+        for path, text in files.items():
+            box.write_file(self.sandbox_id, path, text)
+        return run_in_sandbox(box, self.sandbox_id, inv, left, self.home / "agent.pid")
+
+    def _codex_catalog(self) -> str:
+        """Codex's bundled model catalogue, printed by its binary in the sandbox (once)."""
+        if self._bundled is None:
+            out = self.r.svc.sandbox.exec(
+                self.sandbox_id, [str(self.agent.binary_path()), *BUNDLED_CATALOG], timeout=120,
+                env={"HOME": GUEST_HOME, "CODEX_HOME": f"{GUEST_HOME}/.codex", **QUIET_ENV},
+            )  # fmt: skip
+            if out.exit_code != 0:
+                raise RuntimeError(f"codex {' '.join(BUNDLED_CATALOG)}: {out.stderr[-500:]}")
+            self._bundled = out.stdout
+        return self._bundled
 
     def _record_day(self, state: dict[str, Any], day: Day, bad: str | None) -> None:
         r = self.r

@@ -113,18 +113,26 @@ def claude_invocation(
     return Invocation(argv, env, cwd)
 
 
-def codex_catalog(agent: Agent, model: str, context_window: int, home: Path) -> Path:
+BUNDLED_CATALOG = ("debug", "models", "--bundled")
+"""Codex's arguments that print its bundled model catalogue (JSON)."""
+
+
+def codex_catalog(
+    agent: Agent, model: str, context_window: int, home: Path, bundled: str | None = None
+) -> Path:
     """One catalogue entry for ``model``, from the binary's bundled catalogue (written at run
-    time, never committed: its instructions are the vendor's text)."""
-    out = subprocess.run(
-        [str(agent.binary_path()), "debug", "models", "--bundled"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**_base_env(home), "CODEX_HOME": str(home / ".codex")},
-        check=True,
-    ).stdout
-    models = json.loads(out)["models"]
+    time, never committed: its instructions are the vendor's text). ``bundled``: that
+    catalogue as the binary printed it where it runs (here, on the host, when not given)."""
+    if bundled is None:
+        bundled = subprocess.run(
+            [str(agent.binary_path()), *BUNDLED_CATALOG],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**_base_env(home), "CODEX_HOME": str(home / ".codex")},
+            check=True,
+        ).stdout
+    models = json.loads(bundled)["models"]
     plain = [m for m in models if not m.get("tool_mode") and not m.get("use_responses_lite")]
     entry = dict((plain or models)[0])
     entry.update(
@@ -148,11 +156,12 @@ def _toml_str(value: str) -> str:
 
 
 def codex_config(
-    agent: Agent, endpoint: Endpoint, home: Path, mcp: list[MCPServer] | None = None
-) -> Path:
+    agent: Agent, endpoint: Endpoint, home: Path, mcp: list[MCPServer] | None = None,
+    bundled: str | None = None,
+) -> Path:  # fmt: skip
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
-    catalog = codex_catalog(agent, endpoint.model, endpoint.context_window, home)
+    catalog = codex_catalog(agent, endpoint.model, endpoint.context_window, home, bundled)
     lines = [
         f"model = {_toml_str(endpoint.model)}",
         'model_provider = "k3stack"',
@@ -194,9 +203,10 @@ def codex_invocation(
     prompt: str,
     session_id: str | None = None,
     mcp: list[MCPServer] | None = None,
+    bundled: str | None = None,
 ) -> Invocation:
     """Day one: ``codex exec``; later days resume ``session_id`` (from day one's events)."""
-    codex_config(agent, endpoint, home, mcp)
+    codex_config(agent, endpoint, home, mcp, bundled)
     head = [str(agent.binary_path()), "exec"]
     if session_id:
         head.append("resume")
@@ -214,3 +224,18 @@ def codex_invocation(
         "K3STACK_AGENT_TOKEN": endpoint.token,
     }
     return Invocation(argv, env, cwd)
+
+
+def relocate(inv: Invocation, staging: Path, guest_home: str) -> tuple[Invocation, dict[str, str]]:
+    """``inv`` as it runs in a sandbox: the files the invocation wrote under ``staging`` (its
+    HOME here) become guest files under ``guest_home``, and every mention of ``staging`` in
+    argv, environment and those files is rewritten. Returns the invocation and the files."""
+    old = str(staging)
+
+    def move(text: str) -> str:
+        return text.replace(old, guest_home)
+
+    files = {move(str(p)): move(p.read_text()) for p in sorted(staging.rglob("*")) if p.is_file()}
+    moved = Invocation([move(a) for a in inv.argv], {k: move(v) for k, v in inv.env.items()},
+                       inv.cwd)  # fmt: skip
+    return moved, files

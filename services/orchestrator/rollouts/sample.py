@@ -178,7 +178,8 @@ class SampleRunner:
         if state.get("world"):
             w, scenario = state["world"], state.get("scenario") or {}
             found = world_tools(WorldMCP(self.svc.tools, w["id"], w["token"]),
-                                scenario_apps(scenario), harness.mcp_tool_name)  # fmt: skip
+                                scenario_apps(scenario), harness.mcp_tool_name,
+                                harness.mcp_name_underscores)  # fmt: skip
             for t in found:
                 tools.add(t)
             names = mcp_name_map(found)

@@ -9,6 +9,7 @@ memory and skill tools on the episode's own state, subagent tools through the lo
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -229,6 +230,7 @@ class ReadArgs(Args):
     file_path: str
     offset: int | None = Field(None, ge=1)
     limit: int | None = Field(None, ge=1)
+    pages: str | None = Field(None, description="Page range of a PDF (text files ignore it).")
 
 
 @builtin("Read", ReadArgs, effect="none")
@@ -310,6 +312,8 @@ class AgentArgs(Args):
     description: str
     prompt: str
     subagent_type: str
+    model: str | None = Field(None, description="Ignored: a sub-agent uses the episode's model.")
+    run_in_background: bool | None = Field(None, description="Ignored: it runs to its end.")
 
 
 @builtin("Agent", AgentArgs, effect="world")
@@ -320,12 +324,14 @@ def agent(ctx: ToolContext, a: AgentArgs) -> str:
 
 class SkillArgs(Args):
     skill: str
+    args: str | None = None
 
 
 @builtin("Skill", SkillArgs, effect="none")
 def skill(ctx: ToolContext, a: SkillArgs) -> str:
-    """Loads a skill (its SKILL.md instructions) by name."""
-    return _skill(ctx, a.skill)
+    """Loads a skill (its SKILL.md instructions) by name, optionally with arguments for it."""
+    text = _skill(ctx, a.skill)
+    return text + (f"\n\nArguments: {a.args}" if a.args else "")
 
 
 # --- Codex ----------------------------------------------------------------------------------
@@ -355,6 +361,40 @@ def shell(ctx: ToolContext, a: ShellArgs) -> str:
             },
         }
     )
+
+
+class ExecCommandArgs(Args):
+    cmd: str
+    workdir: str | None = None
+    shell: str | None = None
+    login: bool | None = None
+    tty: bool | None = Field(None, description="Ignored: commands run without a terminal.")
+    yield_time_ms: int | None = Field(
+        None, ge=1, description="Ignored: the command runs to its end (or the time limit)."
+    )
+    max_output_tokens: int | None = Field(None, ge=1)
+    justification: str | None = None
+
+
+_PATCH_CMD = re.compile(
+    r"^\s*(apply_patch|applypatch)\b.*?(\*\*\* Begin Patch.*\*\*\* End Patch)", re.S
+)
+
+
+@builtin("exec_command", ExecCommandArgs)
+def exec_command(ctx: ToolContext, a: ExecCommandArgs) -> str:
+    """Runs a shell command line in the sandbox; returns its exit code and output (an
+    ``apply_patch`` command line edits files as the apply_patch tool does)."""
+    patch = _PATCH_CMD.match(a.cmd)
+    if patch:
+        return _patch(ctx, patch.group(2))
+    argv = [a.shell or "/bin/sh", "-lc" if a.login else "-c", a.cmd]
+    res = ctx.exec(argv, None, a.workdir or "")
+    out = _output(res)
+    if a.max_output_tokens and len(out) > a.max_output_tokens * 4:  # ~4 characters a token
+        out = out[: a.max_output_tokens * 4] + "\n[output truncated]"
+    wall = round((res.get("duration_ms") or 0) / 1000, 3)
+    return f"Exit code: {res.get('exit_code')}\nWall time: {wall} seconds\nOutput:\n{out}"
 
 
 class ApplyPatchArgs(Args):

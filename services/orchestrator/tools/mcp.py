@@ -92,8 +92,11 @@ def scenario_apps(scenario: dict[str, Any]) -> list[str]:
     return [a for a in APPS if a in found]
 
 
-def world_tools(mcp: WorldMCP, apps: list[str], name_rule: str) -> list[Tool]:
-    """One :class:`Tool` per MCP tool of each app, named by the harness's rule."""
+def world_tools(
+    mcp: WorldMCP, apps: list[str], name_rule: str, underscores: bool = False
+) -> list[Tool]:
+    """One :class:`Tool` per MCP tool of each app, named by the harness's rule (``underscores``:
+    hyphens in the name become underscores, as Codex names MCP tools)."""
     out = []
     for app in apps:
         for spec in mcp.list_tools(app):
@@ -104,7 +107,7 @@ def world_tools(mcp: WorldMCP, apps: list[str], name_rule: str) -> list[Tool]:
 
             out.append(
                 Tool(
-                    name=name_rule.format(server=app, tool=spec.name),
+                    name=_named(name_rule, app, spec.name, underscores),
                     description=spec.description or "",
                     parameters=spec.input_schema or {"type": "object", "properties": {}},
                     run=run,
@@ -113,6 +116,11 @@ def world_tools(mcp: WorldMCP, apps: list[str], name_rule: str) -> list[Tool]:
                 )
             )
     return out
+
+
+def _named(rule: str, server: str, tool: str, underscores: bool) -> str:
+    name = rule.format(server=server, tool=tool)
+    return name.replace("-", "_") if underscores else name
 
 
 def mcp_name_map(tools: list[Tool]) -> dict[str, str]:

@@ -26,7 +26,10 @@ def make_runtimes(settings: Settings) -> dict[str, Runtime]:
     runtimes: dict[str, Runtime] = {}
     from services.sandbox.runtime.process import ProcessRuntime
 
-    runtimes["process"] = ProcessRuntime(root / "process", pids_max=settings.sandbox.guest_pids_max)
+    runtimes["process"] = ProcessRuntime(
+        root / "process", pids_max=settings.sandbox.guest_pids_max,
+        ro_binds=tuple(settings.sandbox.process_ro_binds),
+    )  # fmt: skip
     from services.sandbox.runtime.docker import DockerRuntime
 
     runtimes["docker"] = DockerRuntime(root / "docker", pids_max=settings.sandbox.guest_pids_max)

@@ -25,12 +25,14 @@ CLONE_NEWNET = 0x40000000
 LOOPBACK = "127.0.0.1"
 
 
-def connect_in_netns(netns_path: str, port: int, timeout_s: float = 10.0) -> socket.socket:
-    """A TCP connection to ``127.0.0.1:port`` as seen inside the network namespace at
-    ``netns_path`` (e.g. ``/proc/<pid>/ns/net``)."""
+def _in_netns(
+    netns_path: str, make: Callable[[], socket.socket], timeout_s: float
+) -> socket.socket:
+    """A socket made by ``make()`` on a thread inside the network namespace at ``netns_path``
+    (e.g. ``/proc/<pid>/ns/net``); the socket stays in that namespace."""
     result: dict[str, object] = {}
 
-    def enter_and_connect() -> None:
+    def enter_and_make() -> None:
         try:
             fd = os.open(netns_path, os.O_RDONLY)
             try:
@@ -40,11 +42,11 @@ def connect_in_netns(netns_path: str, port: int, timeout_s: float = 10.0) -> soc
                     raise OSError(err, f"setns({netns_path}): {os.strerror(err)}")
             finally:
                 os.close(fd)
-            result["sock"] = socket.create_connection((LOOPBACK, port), timeout=timeout_s)
+            result["sock"] = make()
         except OSError as exc:
             result["error"] = exc
 
-    t = threading.Thread(target=enter_and_connect, name="k3stack-netns-connect", daemon=True)
+    t = threading.Thread(target=enter_and_make, name="k3stack-netns", daemon=True)
     t.start()
     t.join(timeout_s + 5)
     if "sock" in result:
@@ -52,7 +54,20 @@ def connect_in_netns(netns_path: str, port: int, timeout_s: float = 10.0) -> soc
         assert isinstance(sock, socket.socket)
         sock.settimeout(None)
         return sock
-    raise result.get("error") or OSError(f"connect to port {port} in {netns_path} timed out")  # type: ignore[misc]
+    raise result.get("error") or OSError(f"socket in {netns_path} timed out")  # type: ignore[misc]
+
+
+def connect_in_netns(netns_path: str, port: int, timeout_s: float = 10.0) -> socket.socket:
+    """A TCP connection to ``127.0.0.1:port`` as seen inside the network namespace."""
+    return _in_netns(
+        netns_path, lambda: socket.create_connection((LOOPBACK, port), timeout=timeout_s), timeout_s
+    )
+
+
+def listen_in_netns(netns_path: str, address: tuple[str, int]) -> socket.socket:
+    """A listening TCP socket on ``address`` inside the network namespace (the guest side of an
+    egress forward: guest connections to it are accepted here, on the host)."""
+    return _in_netns(netns_path, lambda: socket.create_server(address), 10.0)
 
 
 class PortForwarder:
@@ -61,9 +76,10 @@ class PortForwarder:
     ``close()`` stops listening and ends the open connections."""
 
     def __init__(self, connect: Callable[[], socket.socket], name: str = "forward",
-                 bind: tuple[str, int] = (LOOPBACK, 0)) -> None:  # fmt: skip
+                 bind: tuple[str, int] = (LOOPBACK, 0),
+                 listener: socket.socket | None = None) -> None:  # fmt: skip
         self._connect = connect
-        self._listener = socket.create_server(bind)
+        self._listener = listener or socket.create_server(bind)
         self.host, self.port = self._listener.getsockname()[:2]
         self._closed = threading.Event()
         self._conns: set[socket.socket] = set()

@@ -1,6 +1,11 @@
 """Namespaces and launch: a sandbox's overlays mounted and its bubblewrap holder started (PID,
-mount, IPC, UTS and, unless its network policy allows more, network namespaces), liveness,
-port forwards, stop.
+mount, IPC, UTS and network namespaces), the host folders shared read-only (``ro_binds``),
+liveness, port forwards, egress, stop.
+
+The sandbox's network namespace has only loopback. Network mode ``allowlist`` gives each allowed
+``host:port`` a listener inside it at ``127.0.0.(100+i):port`` (:func:`guest_addresses`; a host
+name is also put in the guest's ``/etc/hosts``) whose connections the service pipes to the
+destination from the host: the guest reaches those destinations and nothing else.
 
 A mixin of :class:`~services.sandbox.runtime.process.runtime.ProcessRuntime`; it uses the
 runtime's ``root``, ``images_dir``, tools (``bwrap``, ``nsenter``, ``setpriv``) and ``_lock``.
@@ -8,11 +13,13 @@ runtime's ``root``, ``images_dir``, tools (``bwrap``, ``nsenter``, ``setpriv``) 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import selectors
 import shutil
 import signal as signal_mod
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -23,10 +30,9 @@ from services.sandbox.runtime.base import (
     RuntimeUnavailable,
     SandboxNotRunning,
     SandboxSpec,
-    UnsupportedOperation,
     VMHandle,
 )
-from services.sandbox.runtime.portforward import PortForwarder, connect_in_netns
+from services.sandbox.runtime.portforward import PortForwarder, connect_in_netns, listen_in_netns
 from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.fstree import (
     OVERLAYS,
@@ -38,20 +44,36 @@ from services.sandbox.runtime.process.host import (
 )
 
 
+def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
+    """``host:port`` -> where the guest dials it (a pure function of the allowlist)."""
+    return {
+        dest: f"127.0.0.{100 + i}:{dest.rsplit(':', 1)[1]}"
+        for i, dest in enumerate(spec.network.allow)
+    }
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 class LaunchMixin(Runtime):
-    """create / stop / destroy, liveness and port forwards."""
+    """create / stop / destroy, liveness, port forwards and egress."""
 
     _cgroups: CommandCgroups
+    _egress: dict[str, list[PortForwarder]]
+    ro_binds: tuple[Path, ...]
+
+    def guest_addresses(self, spec: SandboxSpec) -> dict[str, str]:
+        return guest_addresses(spec)
 
     # -- lifecycle
 
     def create(self, sandbox_id: str, spec: SandboxSpec, workdir: Path) -> VMHandle:
         self._require()
-        if spec.network.mode == "allowlist":
-            raise UnsupportedOperation(
-                "runtime 'process' cannot restrict the network to an allowlist; "
-                "use network mode 'none' or the microvm runtime"
-            )
         workdir = Path(workdir)
         for sub in ("upper", "work", "mnt"):
             for ov in OVERLAYS:
@@ -70,12 +92,14 @@ class LaunchMixin(Runtime):
                 _mount_overlay(target, lowers[ov], workdir / "upper" / ov, workdir / "work" / ov)
                 mounted.append(target)
             (workdir / "mnt" / "root" / GUEST_HOME.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            self._write_hosts(spec, mnt_root=workdir / "mnt" / "root")
             init_pid, outer = self._spawn_holder(spec, workdir)
         except BaseException:
             for target in reversed(mounted):
                 _umount(target)
             raise
         ns = _pid_ns(init_pid)
+        self._open_egress(sandbox_id, spec, init_pid)
         return VMHandle(
             sandbox_id=sandbox_id,
             runtime=self.name,
@@ -95,11 +119,13 @@ class LaunchMixin(Runtime):
             "--dev", "/dev",
             "--proc", "/proc",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--unshare-net",
             "--hostname", "sandbox",
             "--chdir", "/",
         ]  # fmt: skip
-        if spec.network.mode == "none":
-            argv.append("--unshare-net")
+        for folder in self.ro_binds:
+            if Path(folder).is_dir():  # shared read-only at the same path (e.g. the agent cache)
+                argv += ["--ro-bind", str(folder), str(folder)]
         r, w = os.pipe()
         # The command prints a line once bwrap has built the whole mount tree and exec'd it:
         # only then may execs enter (the info fd is written before the mounts are done).
@@ -164,6 +190,46 @@ class LaunchMixin(Runtime):
             self._children[proc.pid] = proc
         return init_pid, proc.pid
 
+    @staticmethod
+    def _write_hosts(spec: SandboxSpec, mnt_root: Path) -> None:
+        names = [
+            (guest.rsplit(":", 1)[0], dest.rsplit(":", 1)[0])
+            for dest, guest in guest_addresses(spec).items()
+            if not _is_address(dest.rsplit(":", 1)[0])
+        ]
+        if not names:
+            return
+        hosts = mnt_root / "etc" / "hosts"
+        base = hosts.read_text() if hosts.is_file() else "127.0.0.1 localhost\n"
+        kept = [ln for ln in base.splitlines() if not ln.startswith("127.0.0.1")
+                or "localhost" in ln]  # fmt: skip
+        hosts.write_text("\n".join([*kept, *(f"{ip} {name}" for ip, name in names)]) + "\n")
+
+    def _open_egress(self, sandbox_id: str, spec: SandboxSpec, init_pid: int) -> None:
+        """One listener in the sandbox's network namespace per allowed destination."""
+        if spec.network.mode != "allowlist":
+            return
+        netns = f"/proc/{init_pid}/ns/net"
+        forwards = []
+        try:
+            for dest, guest in guest_addresses(spec).items():
+                host, port = dest.rsplit(":", 1)
+                target = (spec.network.pinned.get(dest) or host.strip("[]"), int(port))
+                gaddr = guest.rsplit(":", 1)
+                listener = listen_in_netns(netns, (gaddr[0], int(gaddr[1])))
+                forwards.append(
+                    PortForwarder(
+                        lambda t=target: socket.create_connection(t, timeout=10),
+                        f"egress-{port}", listener=listener,
+                    )
+                )  # fmt: skip
+        except OSError as exc:
+            for fwd in forwards:
+                fwd.close()
+            raise RuntimeUnavailable(f"cannot open the sandbox's egress: {exc}") from exc
+        with self._lock:
+            self._egress[sandbox_id] = forwards
+
     def is_alive(self, h: VMHandle) -> bool:
         ns = h.data.get("pid_ns")
         return bool(h.pid and ns) and _pid_ns(h.pid or 0) == ns
@@ -193,6 +259,10 @@ class LaunchMixin(Runtime):
 
     def stop(self, h: VMHandle) -> None:
         self._close_forwards(h.sandbox_id)
+        with self._lock:
+            egress = self._egress.pop(h.sandbox_id, [])
+        for fwd in egress:
+            fwd.close()
         with self._lock:
             self._execs.pop(h.sandbox_id, None)
             self._gates.pop(h.sandbox_id, None)

@@ -1,7 +1,8 @@
 """The ``process`` runtime: Linux namespaces (bubblewrap) over overlayfs, for hosts without QEMU.
 
-A sandbox is a bubblewrap process tree in its own PID, mount, IPC, UTS (and, unless the network
-policy allows more, network) namespaces, whose root is an overlayfs: writes land in an upper
+A sandbox is a bubblewrap process tree in its own PID, mount, IPC, UTS and network namespaces
+(network mode ``allowlist``: loopback listeners piped to each allowed destination, see
+:mod:`~.launch`), whose root is an overlayfs: writes land in an upper
 directory under the sandbox's workdir, reads fall through to the image. The image is the host's
 ``/usr`` (a second overlay, so a sandbox may ``pip install`` into ``/usr/local`` without touching
 the host) under a skeleton root with a private copy of ``/etc``, plus any template layers built
@@ -56,10 +57,15 @@ class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, File
     """bubblewrap + overlayfs sandboxes under ``root`` (images there; sandboxes in workdirs)."""
 
     name = "process"
-    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=False)
+    capabilities = RuntimeCapabilities(memory_checkpoint=False, fork=True, network_allowlist=True)
 
-    def __init__(self, root: Path, bwrap: str | None = None, pids_max: int = 1024) -> None:
+    def __init__(
+        self, root: Path, bwrap: str | None = None, pids_max: int = 1024,
+        ro_binds: tuple[Path, ...] = (),
+    ) -> None:  # fmt: skip
         self.root = Path(root)
+        self.ro_binds = tuple(Path(p) for p in ro_binds)
+        self._egress: dict[str, list[PortForwarder]] = {}
         self._cgroups = CommandCgroups(pids_max)
         self.images_dir = self.root / "images"
         self.bwrap = bwrap or shutil.which("bwrap")
