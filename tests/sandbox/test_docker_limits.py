@@ -5,12 +5,19 @@ and killing the sandbox ends them and leaves no command cgroup behind. Real Dock
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
 import pytest
 
-from services.sandbox.runtime.docker_cgroups import PREFIX, container_cgroup, container_cgroups
+from services.sandbox.runtime.docker_cgroups import (
+    COMMAND_OOM_SCORE_ADJ,
+    PREFIX,
+    container_cgroup,
+    container_cgroups,
+)
 from services.sandbox.runtime.process.cgroups import RESERVE
 from tests.sandbox.test_docker_runtime import _ensure_dockerd, create, sh
 from tests.sandbox.test_fair_dataplane import BOMB
@@ -87,3 +94,35 @@ def test_docker_memory_hog_is_killed_in_its_own_cgroup(service):  # type: ignore
     assert c.delete(f"/sandboxes/{sid}").status_code == 204
     eventually(lambda: [p.exists() for p in parents.values()], lambda e: not any(e),
                what="the container's cgroups removed")  # fmt: skip
+
+
+def test_docker_keepalive_is_spared_by_the_oom_killer(service):  # type: ignore[no-untyped-def]
+    """When commands together fill the container's memory (a bomb's many small processes
+    beside a hog), the kernel must kill one of them, not the keepalive (PID 1) whose end ends
+    the sandbox: every command, however small, scores above the keepalive."""
+    _ensure_dockerd()
+    svc = service("docker")
+    c = svc.client
+    sid = create(c, memoryMB=256)
+    init = svc.manager.live_handle(sid).pid
+    out = sh(c, sid, "cat /proc/self/oom_score_adj")
+    assert out["stdout"].strip() == str(COMMAND_OOM_SCORE_ADJ), out
+    sh(c, sid, "sleep 600", background=True)  # as small as the keepalive (and its sleep 3600)
+    ns = os.readlink(f"/proc/{init}/ns/pid")
+
+    def sleeps() -> list[int]:
+        out = []
+        for d in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if d.name.isdigit() and os.readlink(d / "ns/pid") == ns:
+                    if (d / "cmdline").read_bytes().split(b"\0")[-2:] == [b"600", b""]:
+                        out.append(int(d.name))
+        return out
+
+    (small,) = eventually(sleeps, lambda p: len(p) == 1, what="the command in the container")
+
+    def adj(pid: int) -> int:  # what the OOM killer adds to a process's badness
+        return int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+
+    assert (adj(small), adj(init)) == (COMMAND_OOM_SCORE_ADJ, 0)
+    assert c.delete(f"/sandboxes/{sid}").status_code == 204

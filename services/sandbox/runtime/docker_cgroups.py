@@ -30,6 +30,8 @@ CONTROLLERS = ("memory", "cpu", "pids")
 """Entered in this order; the gate waits until the command is in all it was given."""
 MEMORY_SHARE = 0.75
 """Of the container's memory, what one command may use: the rest is the next command's."""
+COMMAND_OOM_SCORE_ADJ = 500
+"""Added to every command's OOM badness (the keepalive keeps 0): see ``enter``."""
 _LIMIT_FILE = {"pids": "pids.max", "memory": "memory.limit_in_bytes", "cpu": "cpu.shares"}
 _UNLIMITED = 1 << 60
 
@@ -128,10 +130,16 @@ class DockerCommandCgroups:
 
     @staticmethod
     def enter(cg: list[Path], pid: int) -> bool:
-        """Move the gated exec (host pid ``pid``) into its cgroups; False if that failed."""
+        """Move the gated exec (host pid ``pid``) into its cgroups; False if that failed.
+
+        The command is also made the OOM killer's first choice (``COMMAND_OOM_SCORE_ADJ``,
+        inherited by all it forks): when commands together fill the container's memory, one
+        of them dies, not the keepalive (PID 1) whose end would end the sandbox. Raising the
+        score needs no privilege; lowering the keepalive's would need ``CAP_SYS_RESOURCE``."""
         try:
             for path in cg:
                 (path / "cgroup.procs").write_text(str(pid))
+            Path(f"/proc/{pid}/oom_score_adj").write_text(str(COMMAND_OOM_SCORE_ADJ))
         except OSError:
             return False
         return True
