@@ -49,11 +49,12 @@ def per_step(steps: int, tmp: Path) -> tuple[float, float]:
     from services.orchestrator.context.compaction import Compactor
     from services.orchestrator.context.tokens import ApproxTokenCounter
     from services.orchestrator.db import open_database
-    from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime, initial_state
+    from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime
     from services.orchestrator.episode.policy import ScriptedPolicy
     from services.orchestrator.episode.runner import EpisodeRunner, Services
     from services.orchestrator.episode.schema import EpisodeCreate
     from services.orchestrator.episode.service import create_episode
+    from services.orchestrator.episode.state import initial_state
     from services.orchestrator.harness.config import load_harness
     from services.orchestrator.tools.base import ToolSet
     from services.orchestrator.tools.builtin import CATALOGUE, ToolContext

@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from services.orchestrator.episode.state import EpisodeState, WorldLease
 from services.orchestrator.gateway import Route, Routes, serving
 from services.orchestrator.installed.catalog import AGENTS, Agent, require
 from services.orchestrator.installed.launch import (
@@ -146,33 +147,33 @@ class InstalledEpisode:
 
     # -- the days ----------------------------------------------------------------------------
 
-    def run(self, job_state: dict[str, Any]) -> None:
+    def run(self, job_state: EpisodeState | None) -> None:
         from services.orchestrator.episode.loop import World
 
         r, task = self.r, self.request.task
-        state = job_state or {"step": 0, "day": 1, "segment": 0}
+        state = job_state or EpisodeState()
         scenario = r.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
-        if not state.get("world"):
+        if state.world is None:
             created = r.svc.tools.create_world(task.scenario, task.seed)
-            state["world"] = {"id": created.id, "token": created.token}
+            state.world = WorldLease(id=created.id, token=created.token)
             with r.db.session() as s:
                 from services.orchestrator.episode.models import EpisodeRow
 
                 s.get(EpisodeRow, r.id).world_id = created.id
-        w = state["world"]
+        w = state.world
         world = World(
-            r.svc.tools, w["id"], w["token"],
+            r.svc.tools, w.id, w.token,
             end=datetime.fromisoformat(scenario["end"]),
             start=datetime.fromisoformat(scenario["start"]),
         )  # fmt: skip
-        state.setdefault("session_id", str(uuid.uuid4()))
+        state.session_id = state.session_id or str(uuid.uuid4())
         r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
                           "package": self.agent.package, "runtime": RUNTIME})  # fmt: skip
         r._persist(state)
         tools_url = r.svc.tools.base_url
         mcp = [
-            MCPServer(app, f"{tools_url}/worlds/{w['id']}/mcp/{app}",
-                      {"Authorization": f"Bearer {w['token']}"})
+            MCPServer(app, f"{tools_url}/worlds/{w.id}/mcp/{app}",
+                      {"Authorization": f"Bearer {w.token}"})
             for app in scenario_apps(scenario)
         ]  # fmt: skip
         routes = Routes()
@@ -198,7 +199,7 @@ class InstalledEpisode:
                     reason = "scenario_end"
                     break
                 prompt = notice
-        state["exit_reason"] = reason
+        state.exit_reason = reason
         if reason in ("scenario_end", "max_wall_s", "agent_timeout"):  # budgets: scored
             from types import SimpleNamespace
 
@@ -223,39 +224,44 @@ class InstalledEpisode:
         )
 
     def _day(
-        self, endpoint: Endpoint, prompt: str, mcp: list[MCPServer], state: dict, left: float
+        self,
+        endpoint: Endpoint,
+        prompt: str,
+        mcp: list[MCPServer],
+        state: EpisodeState,
+        left: float,
     ) -> Day:
         cwd = self.home / "work"
         cwd.mkdir(parents=True, exist_ok=True)
-        resume = state["day"] > 1 or state.get("days_run", 0) > 0
+        resume = state.day > 1 or state.days_run > 0
         if self.preset == "claude-code-cli":
             inv = claude_invocation(
-                self.agent, endpoint, self.home, cwd, prompt, state["session_id"], resume=resume,
+                self.agent, endpoint, self.home, cwd, prompt, state.session_id, resume=resume,
                 mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
             )  # fmt: skip
         else:
-            thread = state.get("thread_id") if resume else None
+            thread = state.thread_id if resume else None
             inv = codex_invocation(self.agent, endpoint, self.home, cwd, prompt, thread, mcp=mcp)
         return run_process(inv, left, self.home / "agent.pid")
 
-    def _record_day(self, state: dict[str, Any], day: Day, bad: str | None) -> None:
+    def _record_day(self, state: EpisodeState, day: Day, bad: str | None) -> None:
         r = self.r
         for ev in day.events:
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
-                state["thread_id"] = ev["thread_id"]
+                state.thread_id = ev["thread_id"]
         for step in self.steps:
             r._emit("exchange", step)
-        state["step"] = state.get("step", 0) + len(self.steps)
+        state.step += len(self.steps)
         self.steps.clear()
-        state["days_run"] = state.get("days_run", 0) + 1
+        state.days_run += 1
         r._emit("agent_day", {
-            "day": state["day"], "returncode": day.returncode, "outcome": bad or "turn_ended",
+            "day": state.day, "returncode": day.returncode, "outcome": bad or "turn_ended",
             "wall_s": round(day.wall_s, 3), "events": len(day.events), "garbage": day.garbage[:5],
             "last_event": day.events[-1] if day.events else None, "stderr_tail": day.stderr_tail,
         })  # fmt: skip
         r._persist(state)
 
-    def _advance(self, world: Any, state: dict[str, Any]) -> str | None:
+    def _advance(self, world: Any, state: EpisodeState) -> str | None:
         """Move the clock to the next due event; the notice for the next day, or None at the
         scenario's end."""
         now = world.now()
@@ -275,14 +281,14 @@ class InstalledEpisode:
         target = max(due[0], now)
         # the event ids, as the white-box loop records them (the report marks each one's verdict)
         fired = list(world.client.advance(world.id, to=target.isoformat()).fired)
-        state["day"] = (target.date() - world.start.date()).days + 1
+        state.day = (target.date() - world.start.date()).days + 1
         self.r._emit("clock", {"from": now.isoformat(), "to": target.isoformat(),
-                               "day": state["day"], "fired": fired})  # fmt: skip
+                               "day": state.day, "fired": fired})  # fmt: skip
         return (
             f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {len(fired)} new item(s) "
             "arrived. Check mail, chat and calendar and handle what needs handling."
         )
 
     @staticmethod
-    def _detail(state: dict[str, Any]) -> str:
-        return f"the agent CLI ended day {state.get('day')} as {state.get('exit_reason')}"
+    def _detail(state: EpisodeState) -> str:
+        return f"the agent CLI ended day {state.day} as {state.exit_reason}"
