@@ -168,6 +168,7 @@ class EpisodeRunner:
         self.max_steps = 1
         self._segment = 0
         self.journal = StateJournal(episode_id)
+        self._mcp: WorldMCP | None = None  # the run's MCP sessions with the world
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -225,6 +226,8 @@ class EpisodeRunner:
             log.exception("episode %s failed", self.id)
             self.store.fail(self.id, self.owner, type(exc).__name__, str(exc)[:2000])
         finally:
+            if self._mcp is not None:
+                self._mcp.close()
             self.release()
 
     def _harness(self, request: EpisodeCreate) -> HarnessConfig:
@@ -350,7 +353,7 @@ class EpisodeRunner:
         scenario = state.scenario
         if state.world is not None:
             w = state.world
-            mcp = WorldMCP(self.svc.tools, w.id, w.token)
+            mcp = self._mcp = WorldMCP(self.svc.tools, w.id, w.token)
             found = world_tools(mcp, scenario_apps(scenario or {}), harness.mcp_tool_name)
             for t in found:
                 tools.add(t)

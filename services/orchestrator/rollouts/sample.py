@@ -64,6 +64,7 @@ class SampleRunner:
         self.db, self.svc, self.id = db, services, sample_id
         self.owner = ""
         self.seq = 0
+        self._mcp: WorldMCP | None = None  # the run's MCP sessions with the world
 
     def run(self, job: JobRun) -> dict[str, Any]:
         self.owner = job.owner
@@ -177,7 +178,8 @@ class SampleRunner:
         world, names = None, {}
         if state.world is not None:
             w, scenario = state.world, state.scenario or {}
-            found = world_tools(WorldMCP(self.svc.tools, w.id, w.token),
+            self._mcp = WorldMCP(self.svc.tools, w.id, w.token)
+            found = world_tools(self._mcp,
                                 scenario_apps(scenario), harness.mcp_tool_name)  # fmt: skip
             for t in found:
                 tools.add(t)
@@ -232,6 +234,8 @@ class SampleRunner:
             return self._finish(state, "finished", self._reward(rt))
         finally:
             tp.close()
+            if self._mcp is not None:
+                self._mcp.close()
 
     def _persist(self, state: EpisodeState, tp: TokenPolicy, iteration: int) -> bool:
         """Commit the tick; True when the batch's λ has been reached (time to pause)."""
