@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
@@ -68,8 +70,7 @@ def post_episode(body: EpisodeCreate, request: Request) -> Episode:
     harness = _check_request(body, request)
     db = request.app.state.db
     episode_id = create_episode(db, body, request.app.state.enqueue, harness)
-    with db.session() as s:
-        return episode_view(s.get(EpisodeRow, episode_id))
+    return _view(db, episode_id)
 
 
 @router.get("/episodes", response_model=EpisodeList, operation_id="listEpisodes")
@@ -81,11 +82,16 @@ def list_episodes(request: Request, limit: int = Query(50, ge=1, le=1000)) -> Ep
 
 @router.get("/episodes/{episode_id}", response_model=Episode, operation_id="getEpisode")
 def get_episode(episode_id: str, request: Request) -> Episode:
-    with request.app.state.db.session() as s:
+    view = _view(request.app.state.db, episode_id)
+    if view is None:
+        raise not_found("episode", episode_id)
+    return view
+
+
+def _view(db: Any, episode_id: str) -> Episode | None:
+    with db.session() as s:
         row = s.get(EpisodeRow, episode_id)
-        if row is None:
-            raise not_found("episode", episode_id)
-        return episode_view(row)
+        return None if row is None else episode_view(row)
 
 
 @router.get(
@@ -130,7 +136,7 @@ def get_report(episode_id: str, request: Request) -> HTMLResponse:
 @router.post("/episodes/{episode_id}/cancel", response_model=Episode, operation_id="cancelEpisode")
 def cancel_episode(episode_id: str, request: Request) -> Episode:
     """Stop an episode: queued ones at once, running ones at their next step."""
-    row = request_cancel(request.app.state.db, request.app.state.services, episode_id)
-    if row is None:
+    db = request.app.state.db
+    if request_cancel(db, request.app.state.services, episode_id) is None:
         raise not_found("episode", episode_id)
-    return episode_view(row)
+    return _view(db, episode_id)

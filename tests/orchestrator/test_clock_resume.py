@@ -3,14 +3,14 @@ moves the clock to the same time, not on to the next event (it never moves twice
 
 from __future__ import annotations
 
-import copy
 from datetime import datetime
 from typing import Any
 
 from services.orchestrator.context.compaction import Compactor
 from services.orchestrator.context.tokens import ApproxTokenCounter
-from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime, World, initial_state
+from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime, World
 from services.orchestrator.episode.policy import ScriptedPolicy, Turn
+from services.orchestrator.episode.state import initial_state
 from services.orchestrator.harness.config import load_harness
 from services.orchestrator.tools.base import ToolSet
 from services.orchestrator.tools.builtin import ToolContext
@@ -48,11 +48,11 @@ def test_a_resumed_episode_moves_the_clock_once(services: Any) -> None:
             moved.append(kw["to"])
             raise Killed
 
-        persisted = copy.deepcopy(state)
+        persisted = state.model_copy(deep=True)
         tools.advance = advance_then_die  # type: ignore[method-assign]
         try:
             while not moved:
-                persisted = copy.deepcopy(state)  # what the runner committed after each tick
+                persisted = state.model_copy(deep=True)  # what the runner committed after each tick
                 try:
                     loop.tick()
                 except Killed:
@@ -63,7 +63,7 @@ def test_a_resumed_episode_moves_the_clock_once(services: Any) -> None:
         assert first == datetime.fromisoformat(moved[0])
 
         resumed = Loop(runtime(services, world), persisted, lambda kind, body: None)
-        while persisted["turn_ended"]:  # the resumed run handles the end of that turn
+        while persisted.turn_ended:  # the resumed run handles the end of that turn
             resumed.tick()
         assert tools.clock(created.id).now == first  # not moved on to the next event
     finally:

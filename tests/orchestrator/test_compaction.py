@@ -18,8 +18,9 @@ from services.orchestrator.context.compaction import (
     units,
 )
 from services.orchestrator.context.tokens import ApproxTokenCounter
-from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime, initial_state
+from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime
 from services.orchestrator.episode.policy import ScriptedPolicy, Turn
+from services.orchestrator.episode.state import initial_state
 from services.orchestrator.harness.config import PRESET_NAMES, load_harness
 from services.orchestrator.tools.base import Tool, ToolSet
 from services.orchestrator.tools.builtin import ToolContext
@@ -70,12 +71,12 @@ def run_long_episode(preset: str, policy: str, steps: int = 60):
     )  # fmt: skip
     state = initial_state("You are a test agent.", "Read every report.")
     items: list[tuple[str, dict, int]] = []
-    loop = Loop(rt, state, lambda kind, body: items.append((kind, body, state["segment"])))
+    loop = Loop(rt, state, lambda kind, body: items.append((kind, body, state.segment)))
     contexts = []
     while not loop.done:
         loop.tick()
         if items and items[-1][0] == "compaction":
-            contexts.append(list(state["messages"]))
+            contexts.append(list(state.messages))
     return harness, compactor, state, items, contexts
 
 
@@ -85,7 +86,7 @@ def test_long_episode_compacts_repeatedly_within_budget(preset: str, policy: str
     harness, compactor, state, items, contexts = run_long_episode(preset, policy)
     compactions = [body for kind, body, _ in items if kind == "compaction"]
     assert len(compactions) >= 3, f"only {len(compactions)} compactions"
-    assert state["exit_reason"] == "max_steps"
+    assert state.exit_reason == "max_steps"
     for body, context in zip(compactions, contexts, strict=True):
         assert body["tokens_before"] >= compactor.threshold
         assert body["tokens_after"] < compactor.threshold
@@ -102,7 +103,7 @@ def test_long_episode_compacts_repeatedly_within_budget(preset: str, policy: str
     ]
     segments_seen = [seg for _, _, seg in items]
     assert segments_seen == sorted(segments_seen)
-    assert state["segment"] == len(compactions)
+    assert state.segment == len(compactions)
 
 
 @pytest.mark.parametrize("preset", PRESET_NAMES)
@@ -118,7 +119,7 @@ def test_each_preset_summary_holds_its_sections(preset: str) -> None:
 def test_none_policy_never_compacts() -> None:
     _, _, state, items, _ = run_long_episode("claude-code", "none", steps=20)
     assert not [k for k, _, _ in items if k == "compaction"]
-    assert state["compactions"] == 0
+    assert state.compactions == 0
 
 
 def test_units_keep_calls_with_results() -> None:

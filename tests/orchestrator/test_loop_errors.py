@@ -10,8 +10,9 @@ import pytest
 
 from services.orchestrator.context.compaction import Compactor
 from services.orchestrator.context.tokens import ApproxTokenCounter
-from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime, initial_state
+from services.orchestrator.episode.loop import Loop, MemoryJournal, Runtime
 from services.orchestrator.episode.policy import ScriptedPolicy, Turn
+from services.orchestrator.episode.state import initial_state
 from services.orchestrator.harness.config import load_harness
 from services.orchestrator.tools.base import Tool, ToolSet
 from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
@@ -75,10 +76,10 @@ def test_bad_calls_become_observations_and_the_episode_goes_on() -> None:
     assert "timed out" in text[3]
     assert "sandbox error" in text[4]
     assert "JSON object" in text[5]
-    assert state["exit_reason"] == "completed"
-    assert state["messages"][-1] == {"role": "assistant", "content": "All done."}
+    assert state.exit_reason == "completed"
+    assert state.messages[-1] == {"role": "assistant", "content": "All done."}
     # every call's result sits right after it in the context
-    tool_msgs = [m for m in state["messages"] if m["role"] == "tool"]
+    tool_msgs = [m for m in state.messages if m["role"] == "tool"]
     assert len(tool_msgs) == 6
 
 

@@ -10,6 +10,7 @@ from sqlalchemy import text
 from services.orchestrator.db import MIGRATIONS, open_database
 from services.orchestrator.episode.models import Base, EpisodeRow
 from services.orchestrator.episode.runner import EpisodeStore
+from services.orchestrator.rollouts import models as _rollout_tables  # noqa: F401 - their tables in Base
 from shared.db import migrate
 from shared.jobs import JobPolicy
 from tests.helpers.schema import schema_diffs

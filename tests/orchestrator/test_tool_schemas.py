@@ -124,8 +124,8 @@ def test_every_world_tool_schema_is_valid_and_satisfiable(services) -> None:
     tools = services.tools
     scenario = tools.scenario("hr_onboarding", 1).model_dump(mode="json")
     created = tools.create_world("hr_onboarding", 1)
+    mcp = WorldMCP(tools, created.id, created.token)
     try:
-        mcp = WorldMCP(tools, created.id, created.token)
         for preset in PRESET_NAMES:
             found = world_tools(mcp, scenario_apps(scenario), load_harness(preset).mcp_tool_name)
             assert len(found) >= 20
@@ -135,4 +135,5 @@ def test_every_world_tool_schema_is_valid_and_satisfiable(services) -> None:
                 assert required_declared(schema, tool.name) == []
                 Draft202012Validator(schema).validate(example(schema, schema))
     finally:
+        mcp.close()
         tools.delete_world(created.id)

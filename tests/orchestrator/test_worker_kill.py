@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.orchestrator.episode.journal import current_state
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner, EpisodeStore
 from services.orchestrator.episode.schema import EpisodeCreate
@@ -91,7 +92,7 @@ def test_sigkilled_worker_episode_completes_on_another(
     def progress() -> tuple[str, int]:
         with orch_db.session() as s:
             row = s.get(EpisodeRow, episode_id)
-            return row.status, (row.state or {}).get("step", 0)
+            return row.status, current_state(s, row).step  # the journal's, as of now
 
     with spawn(argv, env=env, cwd=REPO, ready_text=" ready.", timeout=120) as first:
         wait_for(lambda: progress()[1] >= 5, "the first worker's fifth step")

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from services.orchestrator.episode.journal import current_state
 from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
 from services.orchestrator.episode.stop import StopReason
 
@@ -29,7 +30,7 @@ def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
             .order_by(TrajectoryItemRow.seq)
         ).all()
         req = row.request or {}
-        state = row.state or {}
+        state = current_state(s, row)
         return {
             "format": FORMAT,
             "episode_id": episode_id,
@@ -39,9 +40,9 @@ def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
             "status": row.status,
             "reward": row.reward,
             "result": row.result,
-            "usage": state.get("usage"),
+            "usage": state.usage.model_dump(),
             "error_message": row.error_message,
-            "segments": state.get("segment", 0) + 1,
+            "segments": state.segment + 1,
             "items": [
                 {
                     "seq": i.seq,

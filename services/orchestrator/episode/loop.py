@@ -1,7 +1,7 @@
 """The agent loop, one persisted unit of work at a time.
 
 Each :meth:`Loop.tick` does one thing — call the model, run one tool call, move the world
-clock, compact, or score — and leaves the episode's state (plain JSON) consistent, so the
+clock, compact, or score — and leaves the episode's state (an :class:`EpisodeState`) consistent, so the
 runner can persist it after every tick and a new worker can continue from there. Malformed
 arguments, unknown tools, bad arguments, timeouts and sandbox errors become error
 observations; side-effecting calls go through the :class:`Journal` (idempotency keys), so a
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from services.orchestrator.context.compaction import Compactor, calls_paired
 from services.orchestrator.episode.policy import Turn, View
+from services.orchestrator.episode.state import ClockTarget, EpisodeState
 from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig
 from services.orchestrator.tools.base import Tool, ToolFailure, ToolSet, parse_arguments
@@ -88,53 +89,23 @@ class Runtime:
     episode_id: str = "episode"
 
 
-def initial_state(system_prompt: str, instruction: str) -> dict[str, Any]:
-    return {
-        "messages": [
-            {"role": "system", "content": system_prompt},
-            {"role": "user", "content": instruction},
-        ],
-        "step": 0,
-        "day": 1,
-        "day_steps": 0,
-        "pending": [],
-        "pending_index": 0,
-        "pending_step": 0,
-        "turn_ended": False,
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0},
-        "tokens": 0,
-        "compactions": 0,
-        "compaction_failures": 0,
-        "policy_failures": 0,
-        "segment": 0,
-        "scratch": {},
-        "cursor": {},
-        "wall_s": 0.0,
-        "exit_reason": None,
-        "exit_detail": None,
-        "policy_error": None,
-        "phase": "loop",
-        "clock": None,
-    }
-
-
 Emit = Callable[[str, dict[str, Any]], None]
 
 
 class Loop:
-    def __init__(self, rt: Runtime, state: dict[str, Any], emit: Emit) -> None:
+    def __init__(self, rt: Runtime, state: EpisodeState, emit: Emit) -> None:
         self.rt = rt
         self.s = state
         self.emit = emit
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        rt.ctx.scratch = state["scratch"]
+        rt.ctx.scratch = state.scratch
 
     @property
     def done(self) -> bool:
-        if self.s["phase"] != "loop" and self._pool is not None:
+        if self.s.phase != "loop" and self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
-        return self.s["phase"] != "loop"
+        return self.s.phase != "loop"
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -143,30 +114,27 @@ class Loop:
         try:
             self._tick()
         finally:
-            self.s["wall_s"] += time.monotonic() - began
+            self.s.wall_s += time.monotonic() - began
 
     def _tick(self) -> None:
         s = self.s
-        if s["pending_index"] < len(s["pending"]):
+        if s.pending_index < len(s.pending):
             self._execute_next()
             self._run_local_calls()
             return
-        if s["turn_ended"]:
+        if s.turn_ended:
             self._end_turn()
             return
         reason = self._over_budget()
         if reason:
             if reason is StopReason.policy_error:
-                s["exit_detail"] = s.get("policy_error")
+                s.exit_detail = s.policy_error
             self.finish(reason)
             return
-        tokens = self.rt.compactor.count(s["messages"])
-        s["tokens"] = tokens
-        if s[
-            "compaction_failures"
-        ] < self.rt.harness.context.max_failures and self.rt.compactor.needed(
-            s["messages"], tokens
-        ):
+        tokens = self.rt.compactor.count(s.messages)
+        s.tokens = tokens
+        failing = s.compaction_failures >= self.rt.harness.context.max_failures
+        if not failing and self.rt.compactor.needed(s.messages, tokens):
             self._compact()
             return
         self._call_model()
@@ -177,26 +145,26 @@ class Loop:
         redoing them after a crash is harmless, so they need no commit of their own. A call
         with effects is left for its own tick, after the turn that asked for it is stored."""
         s = self.s
-        while s["pending_index"] < len(s["pending"]):
-            tool = self.rt.tools.get(s["pending"][s["pending_index"]]["name"])
+        while s.pending_index < len(s.pending):
+            tool = self.rt.tools.get(s.pending[s.pending_index]["name"])
             if tool is not None and tool.effect in ("world", "sandbox"):
                 return
             self._execute_next()
 
     def finish(self, reason: StopReason) -> None:
-        self.s["exit_reason"] = StopReason(reason).value
-        self.s["phase"] = "scoring"
+        self.s.exit_reason = StopReason(reason).value
+        self.s.phase = "scoring"
 
     def _over_budget(self) -> StopReason | None:
         b = self.rt.harness.budgets
         s = self.s
-        if s["step"] >= b.max_steps:
+        if s.step >= b.max_steps:
             return StopReason.max_steps
-        if s["usage"]["prompt_tokens"] + s["usage"]["completion_tokens"] >= b.max_tokens:
+        if s.usage.total >= b.max_tokens:
             return StopReason.max_tokens
-        if s["wall_s"] >= b.max_wall_s:
+        if s.wall_s >= b.max_wall_s:
             return StopReason.max_wall_s
-        if s["policy_failures"] >= MAX_POLICY_FAILURES:
+        if s.policy_failures >= MAX_POLICY_FAILURES:
             return StopReason.policy_error
         return None
 
@@ -205,10 +173,10 @@ class Loop:
     def _call_model(self) -> None:
         s, rt = self.s, self.rt
         view = View(
-            messages=s["messages"],
+            messages=s.messages,
             tools=rt.tools.specs(),
-            step=s["step"],
-            cursor=s["cursor"],
+            step=s.step,
+            cursor=s.cursor,
             names=rt.names,
             max_tokens=rt.harness.budgets.max_output_tokens,
             reasoning_effort=rt.harness.reasoning_effort,
@@ -217,22 +185,22 @@ class Loop:
         try:
             turn: Turn = rt.policy.act(view)
         except Exception as exc:  # noqa: BLE001 - an endpoint failure is recorded, then retried
-            s["policy_failures"] += 1
-            s["policy_error"] = f"{type(exc).__name__}: {exc}"[:2000]
-            self.emit("error", {"where": "policy", "message": s["policy_error"]})
+            s.policy_failures += 1
+            s.policy_error = f"{type(exc).__name__}: {exc}"[:2000]
+            self.emit("error", {"where": "policy", "message": s.policy_error})
             return
         latency_ms = round((time.monotonic() - began) * 1000, 3)
-        s["policy_failures"], s["policy_error"] = 0, None
-        s["step"] += 1
-        s["day_steps"] += 1
-        for k in ("prompt_tokens", "completion_tokens"):
-            s["usage"][k] += int(turn.usage.get(k, 0))
+        s.policy_failures, s.policy_error = 0, None
+        s.step += 1
+        s.day_steps += 1
+        s.usage.prompt_tokens += int(turn.usage.get("prompt_tokens", 0))
+        s.usage.completion_tokens += int(turn.usage.get("completion_tokens", 0))
         msg = turn.message()
-        s["messages"].append(msg)
+        s.messages.append(msg)
         self.emit(
             "assistant",
             {
-                "step": s["step"],
+                "step": s.step,
                 "message": msg,
                 "reasoning": turn.reasoning,
                 "usage": turn.usage,
@@ -240,35 +208,35 @@ class Loop:
                 "finish_reason": turn.finish_reason,
                 "token_ids": turn.token_ids,
                 "logprobs": turn.logprobs,
-                "prompt_tokens_counted": s["tokens"],
+                "prompt_tokens_counted": s.tokens,
                 "options": turn.options,
                 "latency_ms": latency_ms,
             },
         )
         if turn.tool_calls:
-            s["pending"] = [dict(c) for c in turn.tool_calls]
-            s["pending_index"] = 0
-            s["pending_step"] = s["step"]
+            s.pending = [dict(c) for c in turn.tool_calls]
+            s.pending_index = 0
+            s.pending_step = s.step
         else:
-            s["pending"], s["pending_index"] = [], 0
-            s["turn_ended"] = True
-            s["wake_at"] = turn.wake_at
+            s.pending, s.pending_index = [], 0
+            s.turn_ended = True
+            s.wake_at = turn.wake_at
 
     # -- tools --------------------------------------------------------------------------------
 
     def _execute_next(self) -> None:
         s, rt = self.s, self.rt
-        i = s["pending_index"]
-        call = s["pending"][i]
-        key = f"{rt.episode_id}:{s['pending_step']}:{i}"
+        i = s.pending_index
+        call = s.pending[i]
+        key = f"{rt.episode_id}:{s.pending_step}:{i}"
         began = time.monotonic()
         observation, is_error, replayed = self._observe(call, key)
         duration_ms = round((time.monotonic() - began) * 1000, 3)
-        s["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": observation})
+        s.messages.append({"role": "tool", "tool_call_id": call["id"], "content": observation})
         self.emit(
             "tool",
             {
-                "step": s["pending_step"],
+                "step": s.pending_step,
                 "call_id": call["id"],
                 "name": call["name"],
                 "arguments": call["arguments"],
@@ -279,11 +247,11 @@ class Loop:
                 "duration_ms": duration_ms,
             },
         )
-        s["pending_index"] = i + 1
-        if s["pending_index"] >= len(s["pending"]):
-            s["pending"], s["pending_index"] = [], 0
-            if s["day_steps"] >= rt.harness.budgets.steps_per_day:
-                s["turn_ended"] = True
+        s.pending_index = i + 1
+        if s.pending_index >= len(s.pending):
+            s.pending, s.pending_index = [], 0
+            if s.day_steps >= rt.harness.budgets.steps_per_day:
+                s.turn_ended = True
 
     def _observe(self, call: dict[str, Any], key: str) -> tuple[str, bool, bool]:
         rt = self.rt
@@ -350,33 +318,34 @@ class Loop:
         so the clock never moves twice."""
         s, w = self.s, self.rt.world
         if w is None:
-            s["turn_ended"] = False
+            s.turn_ended = False
             self.finish(StopReason.completed)
             return
-        plan = s.get("clock_target")
+        plan = s.clock_target
         if plan is None:
             events = w.client.events(w.id).events
             now = w.now()
             due = sorted(e.due_at for e in events if e.status == "due" and e.due_at is not None)
-            if s.get("wake_at"):  # the policy asked to be woken then (a scripted solver)
-                due = sorted([*due, max(datetime.fromisoformat(s.pop("wake_at")), now)])
+            if s.wake_at:  # the policy asked to be woken then (a scripted solver)
+                due = sorted([*due, max(datetime.fromisoformat(s.wake_at), now)])
+                s.wake_at = None
             end = not due or due[0] > w.end
             target = w.end if end else max(due[0], now)
-            s["clock_target"] = {"from": now.isoformat(), "to": target.isoformat(), "end": end}
+            s.clock_target = ClockTarget(before=now, to=target, end=end)
             return
-        s["turn_ended"] = False
-        s.pop("clock_target")
-        before, target = datetime.fromisoformat(plan["from"]), datetime.fromisoformat(plan["to"])
-        if plan["end"]:
+        s.turn_ended = False
+        s.clock_target = None
+        before, target = plan.before, plan.to
+        if plan.end:
             if before < w.end:
                 w.client.advance(w.id, to=w.end.isoformat())
                 self._clock_item(before, w.end)
             self.finish(StopReason.scenario_end)
             return
         out = w.client.advance(w.id, to=target.isoformat())
-        s["day"] = (target.date() - w.start.date()).days + 1
+        s.day = (target.date() - w.start.date()).days + 1
         self._clock_item(before, target, fired=out.fired)
-        s["day_steps"] = 0  # a fresh step budget after every move of the clock
+        s.day_steps = 0  # a fresh step budget after every move of the clock
         fired = len(out.fired)
         note = f"{fired} new item(s) arrived" if fired else "Nothing new has arrived yet"
         notice = {
@@ -385,17 +354,17 @@ class Loop:
             "Check your mail, chat and calendar and handle what needs handling; "
             "say when you are done for now.",
         }
-        s["messages"].append(notice)
+        s.messages.append(notice)
         self.emit("user", {"message": notice})
 
     def _clock_item(self, before: datetime, after: datetime, fired: list | None = None) -> None:
-        self.s["clock"] = after.isoformat()
+        self.s.clock = after.isoformat()
         self.emit(
             "clock",
             {
                 "from": before.isoformat(),
                 "to": after.isoformat(),
-                "day": self.s["day"],
+                "day": self.s.day,
                 "fired": [f if isinstance(f, str) else f.get("event_id") for f in fired or []],
             },
         )
@@ -405,32 +374,32 @@ class Loop:
     def _compact(self) -> None:
         s, rt = self.s, self.rt
         try:
-            out = rt.compactor.compact(s["messages"], s["compactions"])
+            out = rt.compactor.compact(s.messages, s.compactions)
         except Exception as exc:  # noqa: BLE001 - a failed compaction is recorded, not fatal
-            s["compaction_failures"] += 1
+            s.compaction_failures += 1
             self.emit("error", {"where": "compaction", "message": f"{type(exc).__name__}: {exc}"})
             return
         call = out.call
         if call is not None:  # the summary call's tokens count against the budgets too
-            for k in ("prompt_tokens", "completion_tokens"):
-                s["usage"][k] += int(call.usage.get(k, 0))
+            s.usage.prompt_tokens += int(call.usage.get("prompt_tokens", 0))
+            s.usage.completion_tokens += int(call.usage.get("completion_tokens", 0))
         if out.tokens_after >= rt.compactor.threshold or not calls_paired(out.messages[1:]):
-            s["compaction_failures"] += 1
+            s.compaction_failures += 1
             self.emit(
                 "error",
                 {"where": "compaction", "message": f"still {out.tokens_after} tokens after it"},
             )
             return
-        s["messages"] = out.messages
-        s["compactions"] += 1
-        s["segment"] += 1
-        s["tokens"] = out.tokens_after
+        s.messages = out.messages
+        s.compactions += 1
+        s.segment += 1
+        s.tokens = out.tokens_after
         self.emit(
             "compaction",
             {
                 "policy": out.kind,
-                "segment_from": s["segment"] - 1,
-                "segment_to": s["segment"],
+                "segment_from": s.segment - 1,
+                "segment_to": s.segment,
                 "tokens_before": out.tokens_before,
                 "tokens_after": out.tokens_after,
                 "threshold": rt.compactor.threshold,

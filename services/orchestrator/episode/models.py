@@ -1,4 +1,5 @@
-"""The orchestrator's tables: episodes, their trajectory items, their tool calls."""
+"""The orchestrator's tables: episodes, their trajectory items, their state's step records,
+their tool calls."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ Base = service_base()
 class EpisodeRow(JobMixin, Base):
     """An episode is a job of the shared job model (``shared/jobs.py``: status, owner,
     heartbeat, attempts, progress, result, error; ``payload`` is the episode's request), plus
-    what only an episode has: its loop state, its world and sandbox leases and its reward."""
+    what only an episode has: its loop state's latest snapshot (``state``, as of journal tick
+    ``state_tick``; the ticks after it are the :class:`StepRow` records), its world and sandbox leases
+    and its reward."""
 
     __tablename__ = "orchestrator_episodes"
 
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state_tick: Mapped[int] = mapped_column(Integer, default=0)
     sandbox_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     world_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     resources_released: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -48,6 +52,19 @@ class TrajectoryItemRow(Base):
     kind: Mapped[str] = mapped_column(String(32))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     body: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class StepRow(Base):
+    """One tick's record in the episode state's journal: what changed in the state (a delta
+    against the tick before) and the last trajectory item the tick appended."""
+
+    __tablename__ = "orchestrator_episode_steps"
+
+    episode_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tick: Mapped[int] = mapped_column(Integer, primary_key=True)
+    items_to: Mapped[int] = mapped_column(Integer, default=0)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    delta: Mapped[list[Any]] = mapped_column(JSON)
 
 
 class ToolCallRow(Base):

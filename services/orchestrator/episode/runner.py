@@ -3,8 +3,10 @@ write the trajectory and report, release its sandbox and world.
 
 An episode is a job of the shared job model (``shared/jobs.py``): the claim, the heartbeat
 thread, attempts, cancellation and the reaper's re-queue / ``worker_lost`` are that model's.
-SQL is the source of truth: after every tick the state (messages, cursor, counters), the new
-trajectory items, the progress and the heartbeat are committed together, on the condition that
+SQL is the source of truth: after every tick the new trajectory items (the context), the tick's
+record in the state's journal (what changed in the counters, cursor, pending calls; a snapshot
+every few ticks: :mod:`~services.orchestrator.episode.journal`), the progress and the heartbeat
+are committed together, on the condition that
 the episode is still this run's (``running`` under its owner), so a cancelled or taken-over
 episode stops at its next tick. A worker that dies stops its heartbeat; the reaper then puts the
 episode back on the queue and the next worker picks it up from its last committed tick.
@@ -22,11 +24,13 @@ from sqlalchemy import select, update
 
 from services.orchestrator.context.compaction import Compactor
 from services.orchestrator.context.tokens import ApproxTokenCounter, ModelTokenCounter
-from services.orchestrator.episode.loop import Loop, Runtime, World, initial_state
+from services.orchestrator.episode.journal import StateJournal
+from services.orchestrator.episode.loop import Loop, Runtime, World
 from services.orchestrator.episode.models import EpisodeRow, ToolCallRow, TrajectoryItemRow
 from services.orchestrator.episode.policy import OpenAIPolicy, OraclePolicy
 from services.orchestrator.episode.protocols import Policy
 from services.orchestrator.episode.schema import EpisodeCreate
+from services.orchestrator.episode.state import EpisodeState, WorldLease, initial_state
 from services.orchestrator.episode.stop import StopReason
 from services.orchestrator.harness.config import HarnessConfig, load_harness
 from services.orchestrator.harness.memory import harness_skills, memory_context
@@ -130,16 +134,6 @@ class ContextTooSmall(Exception):
     """The fixed part of the context alone does not fit the model's window."""
 
 
-STATIC = ("messages", "scenario")
-
-
-def persisted(state: dict[str, Any]) -> dict[str, Any]:
-    """The state as stored after every tick: the small, changing part. The context and the
-    scenario instance (tens of KB, fixed at setup) live in the trajectory's items, appended
-    once, so a tick never rewrites them."""
-    return {k: v for k, v in state.items() if k not in STATIC}
-
-
 def scenario_from_items(db: Any, episode_id: str) -> dict[str, Any] | None:
     """The scenario instance the episode was set up with (its ``scenario`` item)."""
     with db.session() as s:
@@ -173,6 +167,8 @@ class EpisodeRunner:
         self.seq: int | None = None
         self.max_steps = 1
         self._segment = 0
+        self.journal = StateJournal(episode_id)
+        self._mcp: WorldMCP | None = None  # the run's MCP sessions with the world
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -197,7 +193,7 @@ class EpisodeRunner:
             with self.db.session() as s:
                 row = s.get(EpisodeRow, self.id)
                 request = EpisodeCreate.model_validate(row.request)
-                state = dict(row.state or {})
+                state = self.journal.load(s)
             harness = self._harness(request)
             for k, v in request.budgets.model_dump(exclude_none=True).items():
                 setattr(harness.budgets, k, v)
@@ -206,12 +202,12 @@ class EpisodeRunner:
 
                 InstalledEpisode(self, request, harness).run(state)
                 return
-            if not state:
+            if state is None:
                 state = self._setup(request, harness)
             else:  # resuming: the context is the trajectory's, replayed
-                state["messages"] = context_from_items(self.db, self.id)
-                state["scenario"] = scenario_from_items(self.db, self.id)
-            self._segment = state.get("segment", 0)
+                state.messages = context_from_items(self.db, self.id)
+                state.scenario = scenario_from_items(self.db, self.id)
+            self._segment = state.segment
             rt = self._runtime(request, harness, state)
             self._check_fits(rt, state)
             loop = Loop(rt, state, self._emit)
@@ -230,6 +226,8 @@ class EpisodeRunner:
             log.exception("episode %s failed", self.id)
             self.store.fail(self.id, self.owner, type(exc).__name__, str(exc)[:2000])
         finally:
+            if self._mcp is not None:
+                self._mcp.close()
             self.release()
 
     def _harness(self, request: EpisodeCreate) -> HarnessConfig:
@@ -254,10 +252,10 @@ class EpisodeRunner:
         self._segment = segment
         self.items.append((kind, body, now_utc(), segment))
 
-    def _persist(self, state: dict[str, Any]) -> None:
-        """One transaction per tick: the new trajectory items, the state (counters, cursor,
-        pending calls; the context itself is rebuilt from the items on resume), the progress
-        and the heartbeat. Raises :class:`JobCancelled` (nothing written) once the episode is no
+    def _persist(self, state: EpisodeState) -> None:
+        """One transaction per tick: the new trajectory items, the tick's journal record (what
+        changed in the counters, cursor, pending calls; the context itself is rebuilt from the
+        items on resume), the progress and the heartbeat. Raises :class:`JobCancelled` (nothing written) once the episode is no
         longer this run's: cancelled, or taken over after a lost heartbeat."""
         now = now_utc()
         with self.db.session() as s:
@@ -283,14 +281,15 @@ class EpisodeRunner:
                 seq += 1
             self.seq = seq - 1
             self.items.clear()
-            row.state = json.loads(json.dumps(persisted(state), default=str))
+            self.journal.write(s, row, state, self.seq, now)
             row.heartbeat_at = row.updated_at = now
-            row.progress = min(1.0, state.get("step", 0) / max(1, self.max_steps))
-            row.progress_message = f"step {state.get('step', 0)}, day {state.get('day', 1)}"
+            row.progress = min(1.0, state.step / max(1, self.max_steps))
+            row.progress_message = f"step {state.step}, day {state.day}"
+        self.journal.committed()
 
     # -- setup ---------------------------------------------------------------------------------
 
-    def _setup(self, request: EpisodeCreate, harness: HarnessConfig) -> dict[str, Any]:
+    def _setup(self, request: EpisodeCreate, harness: HarnessConfig) -> EpisodeState:
         """Lease a world and a sandbox, write the system prompt and the task."""
         task = request.task
         world: dict[str, Any] | None = None
@@ -333,28 +332,28 @@ class EpisodeRunner:
                 + (f"\n\n{task.instruction}" if task.instruction else "")
             )
         state = initial_state(system, instruction)
-        state["world"] = world
-        state["scenario"] = scenario
-        state["sandbox_id"] = sandbox_id
-        state["clock"] = now
-        state["scratch"]["memory_files"] = dict(request.memory)
+        state.world = WorldLease(**world) if world else None
+        state.scenario = scenario
+        state.sandbox_id = sandbox_id
+        state.clock = now
+        state.scratch["memory_files"] = dict(request.memory)
         if scenario:
             self._emit("scenario", {"scenario": scenario})
-        self._emit("system", {"message": state["messages"][0]})
-        self._emit("user", {"message": state["messages"][1]})
+        self._emit("system", {"message": state.messages[0]})
+        self._emit("user", {"message": state.messages[1]})
         self._persist(state)
         return state
 
     def _runtime(
-        self, request: EpisodeCreate, harness: HarnessConfig, state: dict[str, Any]
+        self, request: EpisodeCreate, harness: HarnessConfig, state: EpisodeState
     ) -> Runtime:
         tools = toolset_of(harness.tools)
         world = None
         names: dict[str, str] = {}
-        scenario = state.get("scenario")
-        if state.get("world"):
-            w = state["world"]
-            mcp = WorldMCP(self.svc.tools, w["id"], w["token"])
+        scenario = state.scenario
+        if state.world is not None:
+            w = state.world
+            mcp = self._mcp = WorldMCP(self.svc.tools, w.id, w.token)
             found = world_tools(
                 mcp, scenario_apps(scenario or {}), harness.mcp_tool_name,
                 harness.mcp_name_underscores,
@@ -363,22 +362,22 @@ class EpisodeRunner:
                 tools.add(t)
             names = mcp_name_map(found)
             world = World(
-                self.svc.tools, w["id"], w["token"],
+                self.svc.tools, w.id, w.token,
                 end=datetime.fromisoformat(scenario["end"]),
                 start=datetime.fromisoformat(scenario["start"]),
             )  # fmt: skip
-        if not state.get("tools_recorded"):
+        if not state.tools_recorded:
             self._emit("tools", {"tools": tools.specs()})
-            state["tools_recorded"] = True
+            state.tools_recorded = True
         policy = self.policy_override or self._policy(request, world)
         policy.sections = list(harness.context.summary_sections)
         window = request.context_window or self._model_window(request) or harness.context.window
         counter = self._counter(request)
         compactor = Compactor(harness.context, window, counter, policy.summarize, tools.specs())
         ctx = ToolContext(
-            sandbox=self.svc.sandbox if state.get("sandbox_id") else None,
-            sandbox_id=state.get("sandbox_id"),
-            scratch=state["scratch"],
+            sandbox=self.svc.sandbox if state.sandbox_id else None,
+            sandbox_id=state.sandbox_id,
+            scratch=state.scratch,
             skills=harness_skills(harness, self.svc.settings.data_dir),
             timeout_s=harness.budgets.tool_timeout_s,
         )
@@ -389,11 +388,11 @@ class EpisodeRunner:
         ctx.subagent = lambda kind, prompt: run_subagent(rt, kind, prompt)
         return rt
 
-    def _check_fits(self, rt: Runtime, state: dict[str, Any]) -> None:
+    def _check_fits(self, rt: Runtime, state: EpisodeState) -> None:
         """Fail at once, naming the sizes, when the system prompt, the first message and the
         tool schemas already fill the model's window: no compaction can shrink that part, and
         every model call would be refused, so the loop would only end in ``policy_error``."""
-        fixed = rt.compactor.count(state["messages"][:2])
+        fixed = rt.compactor.count(state.messages[:2])
         window = rt.compactor.window
         if fixed >= window:
             raise ContextTooSmall(
@@ -448,10 +447,10 @@ class EpisodeRunner:
 
     # -- finish --------------------------------------------------------------------------------
 
-    def _score_and_finish(self, request: EpisodeCreate, rt: Runtime, state: dict) -> None:
+    def _score_and_finish(self, request: EpisodeCreate, rt: Runtime, state: EpisodeState) -> None:
         result: dict[str, Any] = {
-            "exit_reason": state.get("exit_reason"),
-            "exit_detail": state.get("exit_detail"),
+            "exit_reason": state.exit_reason,
+            "exit_detail": state.exit_detail,
         }
         reward = None
         if rt.world is not None:
@@ -473,7 +472,7 @@ class EpisodeRunner:
                 full_hash=world_state.get("full_hash"),
             )
         self._emit("score", {"reward": reward, **result})
-        state["phase"] = "done"
+        state.phase = "done"
         self._persist(state)
         with self.db.session() as s:
             s.execute(
@@ -481,9 +480,9 @@ class EpisodeRunner:
                 .where(EpisodeRow.id == self.id, EpisodeRow.owner == self.owner)
                 .values(reward=reward, updated_at=now_utc())
             )
-        reason = StopReason(state.get("exit_reason") or StopReason.completed)
+        reason = StopReason(state.exit_reason or StopReason.completed)
         if reason.job_status == "failed":  # scored, but a failed job: it says why
-            detail = state.get("exit_detail") or reason.value
+            detail = state.exit_detail or reason.value
             if not self.store.fail(self.id, self.owner, reason.value, str(detail)[:2000]):
                 raise JobCancelled(self.id)
             with self.db.session() as s:
@@ -559,5 +558,5 @@ def run_subagent(rt: Runtime, kind: str, prompt: str) -> str:
     loop = Loop(child, state, lambda kind, body: None)
     while not loop.done:
         loop.tick()
-    finals = [m for m in state["messages"] if m["role"] == "assistant" and m.get("content")]
+    finals = [m for m in state.messages if m["role"] == "assistant" and m.get("content")]
     return finals[-1]["content"] if finals else "(the subagent gave no answer)"

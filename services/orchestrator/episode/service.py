@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import object_session
 
+from services.orchestrator.episode.journal import current_state
 from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
 from services.orchestrator.episode.runner import (
     TASK_NAME,
@@ -76,10 +78,11 @@ def store_harness(db: Any, episode_id: str, harness: Any) -> None:
 
 
 def episode_view(row: EpisodeRow) -> Episode:
+    """The API's view of an episode (a row in an open session), its counters the journal's
+    state as of the last committed tick."""
+    state = current_state(object_session(row), row)
     req = row.request or {}
-    state = row.state or {}
     result = row.result or {}
-    usage = state.get("usage") or {}
     task = req.get("task") or {}
     return Episode(
         id=row.id,
@@ -90,11 +93,11 @@ def episode_view(row: EpisodeRow) -> Episode:
         seed=task.get("seed", 0),
         created_at=_aware(row.created_at),  # type: ignore[arg-type]
         updated_at=_aware(row.updated_at),  # type: ignore[arg-type]
-        step=state.get("step", 0),
-        tokens=usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0),
-        compactions=state.get("compactions", 0),
-        simulated_day=state.get("day", 1),
-        world_clock=state.get("clock"),
+        step=state.step,
+        tokens=state.usage.total,
+        compactions=state.compactions,
+        simulated_day=state.day,
+        world_clock=state.clock,
         reward=row.reward,
         events_passed=result.get("events_passed"),
         events_total=result.get("events_total"),
@@ -108,8 +111,8 @@ def episode_view(row: EpisodeRow) -> Episode:
             )
             for e in result.get("events") or []
         ],  # fmt: skip
-        exit_reason=state.get("exit_reason"),
-        exit_detail=state.get("exit_detail"),
+        exit_reason=state.exit_reason,
+        exit_detail=state.exit_detail,
         error_code=row.error_code,
         error_message=row.error_message,
         cancel_requested=row.cancel_requested,

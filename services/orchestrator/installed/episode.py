@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from services.orchestrator.episode.state import EpisodeState, WorldLease
 from services.orchestrator.gateway import Route, Routes, serving
 from services.orchestrator.installed.catalog import AGENTS, Agent, require
 from services.orchestrator.installed.launch import (
@@ -166,26 +167,26 @@ class InstalledEpisode:
 
     # -- the days ----------------------------------------------------------------------------
 
-    def run(self, job_state: dict[str, Any]) -> None:
+    def run(self, job_state: EpisodeState | None) -> None:
         from services.orchestrator.episode.loop import World
 
         r, task = self.r, self.request.task
-        state = job_state or {"step": 0, "day": 1, "segment": 0}
+        state = job_state or EpisodeState()
         scenario = r.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
-        if not state.get("world"):
+        if state.world is None:
             created = r.svc.tools.create_world(task.scenario, task.seed)
-            state["world"] = {"id": created.id, "token": created.token}
+            state.world = WorldLease(id=created.id, token=created.token)
             with r.db.session() as s:
                 from services.orchestrator.episode.models import EpisodeRow
 
                 s.get(EpisodeRow, r.id).world_id = created.id
-        w = state["world"]
+        w = state.world
         world = World(
-            r.svc.tools, w["id"], w["token"],
+            r.svc.tools, w.id, w.token,
             end=datetime.fromisoformat(scenario["end"]),
             start=datetime.fromisoformat(scenario["start"]),
         )  # fmt: skip
-        state.setdefault("session_id", str(uuid.uuid4()))
+        state.session_id = state.session_id or str(uuid.uuid4())
         routes = Routes()
         routes.add(r.id, self._route(world))
         deadline = time.monotonic() + self.harness.budgets.max_wall_s
@@ -194,12 +195,12 @@ class InstalledEpisode:
         with serving(routes) as gateway:
             at = self._sandbox(state, gateway)
             r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
-                              "package": self.agent.package, "runtime": state["runtime"],
+                              "package": self.agent.package, "runtime": state.runtime,
                               "sandbox_id": self.sandbox_id})  # fmt: skip
             r._persist(state)
             mcp = [
-                MCPServer(app, f"http://{at['tools']}/worlds/{w['id']}/mcp/{app}",
-                          {"Authorization": f"Bearer {w['token']}"})
+                MCPServer(app, f"http://{at['tools']}/worlds/{w.id}/mcp/{app}",
+                          {"Authorization": f"Bearer {w.token}"})
                 for app in scenario_apps(scenario)
             ]  # fmt: skip
             endpoint = Endpoint(
@@ -221,7 +222,7 @@ class InstalledEpisode:
                     reason = "scenario_end"
                     break
                 prompt = notice
-        state["exit_reason"] = reason
+        state.exit_reason = reason
         if reason in ("scenario_end", "max_wall_s", "agent_timeout"):  # budgets: scored
             from types import SimpleNamespace
 
@@ -230,18 +231,18 @@ class InstalledEpisode:
             r._persist(state)
             r.store.fail(r.id, r.owner, reason or "agent_failed", self._detail(state))
 
-    def _sandbox(self, state: dict[str, Any], gateway: str) -> dict[str, str]:
+    def _sandbox(self, state: EpisodeState, gateway: str) -> dict[str, str]:
         """The episode's sandbox, its network the gateway and the tools service only; returns
         where the guest reaches each. A resumed job gets a fresh one (the gateway moved)."""
         from services.orchestrator.episode.models import EpisodeRow
 
         r = self.r
         box = r.svc.sandbox
-        if state.get("sandbox_id"):
+        if state.sandbox_id:
             from shared.clients import ServiceError
 
             try:
-                box.kill(state["sandbox_id"])
+                box.kill(state.sandbox_id)
             except ServiceError:
                 pass
         dests = {
@@ -255,7 +256,7 @@ class InstalledEpisode:
             timeout=int(self.harness.budgets.max_wall_s) + 600,
         )  # fmt: skip
         self.sandbox_id = created.sandboxID
-        state["sandbox_id"], state["runtime"] = created.sandboxID, created.runtime
+        state.sandbox_id, state.runtime = created.sandboxID, created.runtime
         with r.db.session() as s:
             s.get(EpisodeRow, r.id).sandbox_id = created.sandboxID
         guest = box.get(created.sandboxID).guest_addresses
@@ -278,21 +279,26 @@ class InstalledEpisode:
         )
 
     def _day(
-        self, endpoint: Endpoint, prompt: str, mcp: list[MCPServer], state: dict, left: float
+        self,
+        endpoint: Endpoint,
+        prompt: str,
+        mcp: list[MCPServer],
+        state: EpisodeState,
+        left: float,
     ) -> Day:
         box = self.r.svc.sandbox
         staging = self.home / "stage"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         cwd = Path(GUEST_WORK)
-        resume = state["day"] > 1 or state.get("days_run", 0) > 0
+        resume = state.day > 1 or state.days_run > 0
         if self.preset == "claude-code-cli":
             inv = claude_invocation(
-                self.agent, endpoint, staging, cwd, prompt, state["session_id"], resume=resume,
+                self.agent, endpoint, staging, cwd, prompt, state.session_id, resume=resume,
                 mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
             )  # fmt: skip
         else:
-            thread = state.get("thread_id") if resume else None
+            thread = state.thread_id if resume else None
             inv = codex_invocation(
                 self.agent, endpoint, staging, cwd, prompt, thread, mcp=mcp,
                 bundled=self._codex_catalog(),
@@ -314,24 +320,24 @@ class InstalledEpisode:
             self._bundled = out.stdout
         return self._bundled
 
-    def _record_day(self, state: dict[str, Any], day: Day, bad: str | None) -> None:
+    def _record_day(self, state: EpisodeState, day: Day, bad: str | None) -> None:
         r = self.r
         for ev in day.events:
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
-                state["thread_id"] = ev["thread_id"]
+                state.thread_id = ev["thread_id"]
         for step in self.steps:
             r._emit("exchange", step)
-        state["step"] = state.get("step", 0) + len(self.steps)
+        state.step += len(self.steps)
         self.steps.clear()
-        state["days_run"] = state.get("days_run", 0) + 1
+        state.days_run += 1
         r._emit("agent_day", {
-            "day": state["day"], "returncode": day.returncode, "outcome": bad or "turn_ended",
+            "day": state.day, "returncode": day.returncode, "outcome": bad or "turn_ended",
             "wall_s": round(day.wall_s, 3), "events": len(day.events), "garbage": day.garbage[:5],
             "last_event": day.events[-1] if day.events else None, "stderr_tail": day.stderr_tail,
         })  # fmt: skip
         r._persist(state)
 
-    def _advance(self, world: Any, state: dict[str, Any]) -> str | None:
+    def _advance(self, world: Any, state: EpisodeState) -> str | None:
         """Move the clock to the next due event; the notice for the next day, or None at the
         scenario's end."""
         now = world.now()
@@ -351,14 +357,14 @@ class InstalledEpisode:
         target = max(due[0], now)
         # the event ids, as the white-box loop records them (the report marks each one's verdict)
         fired = list(world.client.advance(world.id, to=target.isoformat()).fired)
-        state["day"] = (target.date() - world.start.date()).days + 1
+        state.day = (target.date() - world.start.date()).days + 1
         self.r._emit("clock", {"from": now.isoformat(), "to": target.isoformat(),
-                               "day": state["day"], "fired": fired})  # fmt: skip
+                               "day": state.day, "fired": fired})  # fmt: skip
         return (
             f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {len(fired)} new item(s) "
             "arrived. Check mail, chat and calendar and handle what needs handling."
         )
 
     @staticmethod
-    def _detail(state: dict[str, Any]) -> str:
-        return f"the agent CLI ended day {state.get('day')} as {state.get('exit_reason')}"
+    def _detail(state: EpisodeState) -> str:
+        return f"the agent CLI ended day {state.day} as {state.exit_reason}"

@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from services.orchestrator.episode.state import EpisodeState
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow
 from services.orchestrator.rollouts.sample import segments_of
 from services.orchestrator.rollouts.service import samples_of, version_spans
@@ -39,12 +40,12 @@ def sample_record(db: Any, row: SampleRow) -> dict[str, Any]:
         bounds.append({"prompt_start": start, "completion_start": start + len(seg.prompt_ids),
                        "end": len(ids), "version": seg.version,
                        "finish_reason": seg.finish_reason})  # fmt: skip
-    state = row.state or {}
+    state = EpisodeState.of(row.state)
     spans, _ = version_spans(db, row.id)
     return {
         "id": row.id, "rollout_id": row.rollout_id, "task_index": row.task_index, "k": row.k,
-        "phase": row.phase, "reward": row.reward, "exit_reason": state.get("exit_reason"),
-        "steps": state.get("step", 0), "messages": state.get("messages", []),
+        "phase": row.phase, "reward": row.reward, "exit_reason": state.exit_reason,
+        "steps": state.step, "messages": state.messages,
         "tokens": {"ids": ids, "loss_mask": mask, "logprobs": logprobs, "versions": versions},
         "segments": bounds, "version_spans": [s.model_dump() for s in spans],
     }  # fmt: skip

@@ -24,8 +24,9 @@ from sqlalchemy import func, select
 
 from services.orchestrator.context.compaction import Compactor
 from services.orchestrator.context.tokens import ApproxTokenCounter
-from services.orchestrator.episode.loop import Loop, Runtime, World, initial_state
+from services.orchestrator.episode.loop import Loop, Runtime, World
 from services.orchestrator.episode.runner import SQLJournal, now_utc
+from services.orchestrator.episode.state import EpisodeState, WorldLease, initial_state
 from services.orchestrator.harness.config import load_harness
 from services.orchestrator.harness.prompt import render_system_prompt
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow, SegmentRow
@@ -63,6 +64,7 @@ class SampleRunner:
         self.db, self.svc, self.id = db, services, sample_id
         self.owner = ""
         self.seq = 0
+        self._mcp: WorldMCP | None = None  # the run's MCP sessions with the world
 
     def run(self, job: JobRun) -> dict[str, Any]:
         self.owner = job.owner
@@ -83,16 +85,16 @@ class SampleRunner:
             row = s.get(SampleRow, self.id)
             roll = s.get(RolloutRow, row.rollout_id)
             request = RolloutCreate.model_validate(roll.request)
-            phase, state = row.phase, dict(row.state or {})
+            phase, state = row.phase, EpisodeState.of(row.state) if row.state else None
             iteration, paused_at = roll.iteration, roll.pause_iteration
             policy, rollout_id, index = dict(roll.policy), row.rollout_id, row.task_index
             row.iteration = iteration
         if phase in TERMINAL_PHASES:
             return {"phase": phase}
-        if paused_at >= iteration and not state:  # λ reached before this one began
+        if paused_at >= iteration and state is None:  # λ reached before this one began
             self._set_phase("paused", {"before_start": True, "iteration": iteration})
             return {"phase": "paused"}
-        if not state:
+        if state is None:
             state = self._start(request, rollout_id, index)
         elif phase == "paused":
             self._resume()
@@ -101,7 +103,7 @@ class SampleRunner:
 
     # -- start / resume ---------------------------------------------------------------------
 
-    def _start(self, request: RolloutCreate, rollout_id: str, index: int) -> dict[str, Any]:
+    def _start(self, request: RolloutCreate, rollout_id: str, index: int) -> EpisodeState:
         task = request.tasks[index]
         base = base_setup(self.db, self.svc, rollout_id, index, task, self.owner)
         forked = fork_setup(self.svc, base)
@@ -125,10 +127,9 @@ class SampleRunner:
                 task.instruction or ""
             )
         state = initial_state(system, instruction.strip())
-        state.update(
-            world={"id": forked.world_id, "token": forked.world_token} if forked.world_id else None,
-            scenario=scenario, sandbox_id=forked.sandbox_id, clock=now, covered=0,
-        )  # fmt: skip
+        if forked.world_id:
+            state.world = WorldLease(id=forked.world_id, token=forked.world_token)
+        state.scenario, state.sandbox_id, state.clock = scenario, forked.sandbox_id, now
         return state
 
     def _resume(self) -> None:
@@ -149,11 +150,11 @@ class SampleRunner:
         with self.db.session() as s:
             s.get(SampleRow, self.id).paused = paused
 
-    def _pause(self, state: dict[str, Any], iteration: int) -> dict[str, Any]:
+    def _pause(self, state: EpisodeState, iteration: int) -> dict[str, Any]:
         with self.db.session() as s:
             row = s.get(SampleRow, self.id)
             sandbox_id, world_id = row.sandbox_id, row.world_id
-        saved: dict[str, Any] = {"iteration": iteration, "step": state["step"],
+        saved: dict[str, Any] = {"iteration": iteration, "step": state.step,
                                  "at": now_utc().isoformat()}  # fmt: skip
         if world_id:
             snap = self.svc.tools.snapshot(world_id, label=f"pause-{iteration}")
@@ -162,11 +163,11 @@ class SampleRunner:
             saved["files"] = files_digest(self.svc, sandbox_id)
             self.svc.sandbox.pause(sandbox_id)
         self._set_phase("paused", saved)
-        return {"phase": "paused", "step": state["step"]}
+        return {"phase": "paused", "step": state.step}
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _runtime(self, request: RolloutCreate, state: dict[str, Any], policy: dict) -> Runtime:
+    def _runtime(self, request: RolloutCreate, state: EpisodeState, policy: dict) -> Runtime:
         harness = load_harness(request.harness, self.svc.settings.data_dir)
         harness.budgets.max_steps = request.budgets.max_steps
         harness.budgets.steps_per_day = request.budgets.max_steps
@@ -175,36 +176,36 @@ class SampleRunner:
         harness.reasoning_effort = request.effort  # type: ignore[assignment]
         tools = toolset_of(harness.tools)
         world, names = None, {}
-        if state.get("world"):
-            w, scenario = state["world"], state.get("scenario") or {}
-            found = world_tools(WorldMCP(self.svc.tools, w["id"], w["token"]),
-                                scenario_apps(scenario), harness.mcp_tool_name,
+        if state.world is not None:
+            w, scenario = state.world, state.scenario or {}
+            self._mcp = WorldMCP(self.svc.tools, w.id, w.token)
+            found = world_tools(self._mcp, scenario_apps(scenario), harness.mcp_tool_name,
                                 harness.mcp_name_underscores)  # fmt: skip
             for t in found:
                 tools.add(t)
             names = mcp_name_map(found)
             from datetime import datetime
 
-            world = World(self.svc.tools, w["id"], w["token"],
+            world = World(self.svc.tools, w.id, w.token,
                           end=datetime.fromisoformat(scenario["end"]),
                           start=datetime.fromisoformat(scenario["start"]))  # fmt: skip
         base_url = policy.get("base_url") or self.svc.model.openai_base_url
         tp = TokenPolicy(
             base_url, version=policy["version"], model=policy.get("model"),
-            tokens=TokenState.from_segments(segments_of(self.db, self.id), state["covered"]),
+            tokens=TokenState.from_segments(segments_of(self.db, self.id), state.covered),
             temperature=policy.get("temperature", 1.0), seed=policy.get("seed"),
             api_key=self.svc.settings.model.api_key if not policy.get("base_url") else None,
         )  # fmt: skip
         compactor = Compactor(harness.context, NO_COMPACTION, ApproxTokenCounter(),
                               tp.summarize, tools.specs())  # fmt: skip
-        ctx = ToolContext(sandbox=self.svc.sandbox if state.get("sandbox_id") else None,
-                          sandbox_id=state.get("sandbox_id"), scratch=state["scratch"],
+        ctx = ToolContext(sandbox=self.svc.sandbox if state.sandbox_id else None,
+                          sandbox_id=state.sandbox_id, scratch=state.scratch,
                           skills={}, timeout_s=harness.budgets.tool_timeout_s)  # fmt: skip
         return Runtime(harness=harness, tools=tools, ctx=ctx, policy=tp, compactor=compactor,
                        journal=SQLJournal(self.db, self.id), world=world, names=names,
                        episode_id=self.id)  # fmt: skip
 
-    def _loop(self, request: RolloutCreate, state: dict[str, Any], policy: dict,
+    def _loop(self, request: RolloutCreate, state: EpisodeState, policy: dict,
               iteration: int) -> dict[str, Any]:  # fmt: skip
         rt = self._runtime(request, state, policy)
         tp: TokenPolicy = rt.policy
@@ -219,11 +220,11 @@ class SampleRunner:
         try:
             while not loop.done:
                 loop.tick()
-                state["covered"] = tp.tokens.covered
-                if budget is not None and state["usage"]["completion_tokens"] > budget:
-                    state["exit_reason"] = "effort_budget"
-                    state["exit_detail"] = (
-                        f"{state['usage']['completion_tokens']} completion tokens over the "
+                state.covered = tp.tokens.covered
+                if budget is not None and state.usage.completion_tokens > budget:
+                    state.exit_reason = "effort_budget"
+                    state.exit_detail = (
+                        f"{state.usage.completion_tokens} completion tokens over the "
                         f"{request.effort} budget of {budget}"
                     )
                     self._persist(state, tp, iteration)
@@ -233,8 +234,10 @@ class SampleRunner:
             return self._finish(state, "finished", self._reward(rt))
         finally:
             tp.close()
+            if self._mcp is not None:
+                self._mcp.close()
 
-    def _persist(self, state: dict[str, Any], tp: TokenPolicy, iteration: int) -> bool:
+    def _persist(self, state: EpisodeState, tp: TokenPolicy, iteration: int) -> bool:
         """Commit the tick; True when the batch's λ has been reached (time to pause)."""
         now = now_utc()
         with self.db.session() as s:
@@ -248,9 +251,9 @@ class SampleRunner:
                                  version=seg.version, iteration=iteration,
                                  finish_reason=seg.finish_reason))  # fmt: skip
             tp.segments.clear()
-            row.state = _jsonable(state)
+            row.state = state.model_dump(mode="json")
             row.heartbeat_at = row.updated_at = now
-            row.progress_message = f"step {state['step']}"
+            row.progress_message = f"step {state.step}"
             roll = s.get(RolloutRow, row.rollout_id)
             return roll.pause_iteration >= iteration
 
@@ -260,17 +263,17 @@ class SampleRunner:
         checks = self.svc.tools.checks(rt.world.id)
         return checks.events_passed / checks.events_total if checks.events_total else 0.0
 
-    def _finish(self, state: dict[str, Any], phase: str, reward: float | None) -> dict:
+    def _finish(self, state: EpisodeState, phase: str, reward: float | None) -> dict:
         with self.db.session() as s:
             row = s.get(SampleRow, self.id)
             if row.status != "running" or row.owner != self.owner:
                 raise JobCancelled(self.id)
             row.phase, row.reward, row.updated_at = phase, reward, now_utc()
-            row.state = _jsonable({**state, "phase": "done"})
+            row.state = state.model_copy(update={"phase": "done"}).model_dump(mode="json")
         self._release()
         reached_lambda(self.db, self.id)
         release_setups(self.db, self.svc, self.id)
-        return {"phase": phase, "reward": reward, "exit_reason": state.get("exit_reason")}
+        return {"phase": phase, "reward": reward, "exit_reason": state.exit_reason}
 
     def _release(self) -> None:
         from shared.clients import ServiceError
@@ -338,9 +341,3 @@ def release_setups(db: Any, svc: Any, sample_id: str) -> None:
         except ServiceError as exc:
             if exc.status != 404:
                 log.warning("rollout %s: base setup not released: %s", rid, exc)
-
-
-def _jsonable(value: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(value, default=str))

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from services.orchestrator.episode.runner import EpisodeStore
+from services.orchestrator.episode.state import EpisodeState
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow, SegmentRow
 from services.orchestrator.rollouts.sample import TERMINAL_PHASES
 from services.orchestrator.rollouts.schema import (
@@ -136,11 +137,11 @@ def version_spans(db: Any, sample_id: str) -> tuple[list[VersionSpan], int]:
 
 def sample_view(db: Any, row: SampleRow) -> SampleView:
     spans, n = version_spans(db, row.id)
-    state = row.state or {}
+    state = EpisodeState.of(row.state)
     return SampleView(
         id=row.id, task_index=row.task_index, k=row.k, phase=row.phase, status=row.status,
-        iteration=row.iteration, steps=int(state.get("step", 0)), reward=row.reward,
-        completion_tokens=n, exit_reason=state.get("exit_reason"), versions=spans,
+        iteration=row.iteration, steps=state.step, reward=row.reward,
+        completion_tokens=n, exit_reason=state.exit_reason, versions=spans,
         error=row.error_message,
     )  # fmt: skip
 

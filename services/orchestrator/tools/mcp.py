@@ -3,13 +3,15 @@
 Each app is its own MCP server (``/worlds/{id}/mcp/{app}``), as the public Gmail, Slack, Notion
 and Calendar servers are, so a harness sees them under its own naming rule for MCP tools
 (Claude Code ``mcp__gmail__send_email``, Hermes ``mcp_gmail_send_email``...). Calls go over
-HTTP with the world token through the official ``mcp`` client; an ``isError`` result is an
-error observation.
+HTTP with the world token through the official ``mcp`` client, one session per app for the
+episode's run; an ``isError`` result is an error observation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -21,10 +23,13 @@ T = TypeVar("T")
 
 class WorldMCP:
     """The official ``mcp`` client (``streamable_http_client`` + ``Client``: the
-    ``initialize`` handshake, JSON or SSE replies) against a world's per-app MCP endpoint.
+    ``initialize`` handshake, JSON or SSE replies) against a world's per-app MCP endpoints.
 
-    The loop is synchronous and runs each tool call on its own thread, so every operation opens
-    a session on a fresh event loop there (``anyio.run``): nothing is shared between threads.
+    One session per app for the whole run, on an event loop of its own thread, so a tool call
+    is one request, not a handshake, a call and a close (the loop calls tools from its tool
+    thread, which waits here for the answer). A session whose transport fails is dropped and
+    the next call opens a new one; the failed call itself is not repeated (it may have reached
+    the world), it is an error observation. :meth:`close` ends the sessions and the thread.
     """
 
     def __init__(self, tools_client: Any, world_id: str, token: str, timeout_s: float = 60.0):
@@ -32,38 +37,71 @@ class WorldMCP:
         self.world_id = world_id
         self.token = token
         self.timeout_s = timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Lock()
+        self._sessions: dict[str, _Session] = {}  # touched only on the loop's thread
 
     def url(self, app: str) -> str:
         return f"{self.base_url}/worlds/{self.world_id}/mcp/{app}"
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._started:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=loop.run_forever, name=f"mcp-{self.world_id}", daemon=True
+                )
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    async def _client(self, app: str) -> Any:
+        session = self._sessions.get(app)
+        if session is None or session.task.done():
+            session = self._sessions[app] = _Session(self, app)
+        return await asyncio.shield(session.ready)
+
+    async def _drop(self, app: str) -> None:
+        session = self._sessions.pop(app, None)
+        if session is not None:
+            await session.close()
+
     def _session(self, app: str, work: Callable[[Any], Awaitable[T]]) -> T:
-        import anyio
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
         from mcp.shared.exceptions import MCPError
 
-        async def main() -> T:
-            http = httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {self.token}"}, timeout=self.timeout_s
-            )
-            async with http, Client(streamable_http_client(self.url(app), http_client=http)) as c:
-                return await work(c)
+        async def run() -> T:
+            try:
+                client = await asyncio.wait_for(self._client(app), self.timeout_s)
+                return await asyncio.wait_for(work(client), self.timeout_s)
+            except BaseException as exc:
+                session = self._sessions.get(app)
+                if not isinstance(exc, MCPError) or session is None or session.task.done():
+                    await self._drop(app)  # not the server's answer, or the session is gone
+                raise
 
+        future = asyncio.run_coroutine_threadsafe(run(), self._running_loop())
         try:
-            return anyio.run(main)
+            return future.result(self.timeout_s * 2 + 5)
         except MCPError as exc:
             raise ToolFailure(f"MCP error from {app}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - transport failures (in a task group) too
+            future.cancel()
             raise ToolFailure(f"tools service error ({app} MCP): {_first_cause(exc)}") from None
 
     def list_tools(self, app: str) -> list[Any]:
-        """The app's tools (``mcp_types.Tool``)."""
+        """The app's tools (``mcp_types.Tool``); listing twice is harmless, so a session that
+        failed is retried once."""
 
         async def work(c: Any) -> list[Any]:
             return list((await c.list_tools()).tools)
 
-        return self._session(app, work)
+        try:
+            return self._session(app, work)
+        except ToolFailure as exc:
+            if str(exc).startswith("MCP error"):
+                raise
+            return self._session(app, work)
 
     def call(self, app: str, name: str, arguments: dict[str, Any]) -> str:
         async def work(c: Any) -> Any:
@@ -74,6 +112,64 @@ class WorldMCP:
         if result.is_error:
             raise ToolFailure(text or "tool failed")
         return text
+
+    def close(self) -> None:
+        """End the sessions and their thread (idempotent)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+
+        async def drop_all() -> None:
+            for app in list(self._sessions):
+                await self._drop(app)
+
+        try:
+            asyncio.run_coroutine_threadsafe(drop_all(), loop).result(self.timeout_s)
+        except Exception:  # noqa: BLE001 - closing: a session that will not close is left
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(self.timeout_s)
+        if not thread.is_alive():
+            loop.close()
+        self._loop = self._thread = None
+
+
+class _Session:
+    """One app's MCP session, owned by a task that opens it, holds it until told to stop and
+    closes it (an anyio task group must be left by the task that entered it)."""
+
+    def __init__(self, mcp: WorldMCP, app: str) -> None:
+        self.mcp, self.app = mcp, app
+        self.ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.stop = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._own())
+
+    async def _own(self) -> None:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        m = self.mcp
+        try:
+            http = httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {m.token}"}, timeout=m.timeout_s
+            )
+            transport = streamable_http_client(m.url(self.app), http_client=http)
+            async with http, Client(transport) as client:
+                self.ready.set_result(client)
+                await self.stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - a call waiting for it gets it; a session
+            if not self.ready.done():  # that fails later is simply done (the next call reopens)
+                self.ready.set_exception(exc)
+
+    async def close(self) -> None:
+        self.stop.set()
+        if not self.ready.done():
+            self.task.cancel()
+        try:
+            await asyncio.wait_for(self.task, self.mcp.timeout_s)
+        except BaseException:  # noqa: BLE001 - a session that failed is closed all the same
+            pass
 
 
 def _first_cause(exc: BaseException) -> str:
