@@ -204,8 +204,9 @@ def oracle_summary(ep: Episode, report: Path) -> str:
     )
 
 
-DEMO_TINY_WINDOW = 14848
-"""The tiny model's episode window in the demo: small enough that compaction runs."""
+DEMO_TINY_HEADROOM = 600
+"""Tokens between the tiny model's fixed context (system prompt, task, tool schemas) and
+claude-code's compaction trigger in the demo: a few steps, so that compaction runs."""
 
 
 def model_episode_body(env: Mapping[str, str]) -> dict[str, object]:
@@ -224,16 +225,17 @@ def model_episode_body(env: Mapping[str, str]) -> dict[str, object]:
         "budgets": {"max_steps": 200},
     }
     if not url:
-        # A short episode that still compacts: the scenario's 55 tool schemas and the system
-        # prompt are ~12K tokens of the tiny tokenizer, so a window held at DEMO_TINY_WINDOW
-        # puts claude-code's trigger (83.5% of the window) a few steps ahead.
+        # A short episode that still compacts: the orchestrator holds the window just above
+        # the fixed context (the scenario's 55 tool schemas, the system prompt and the task, as
+        # the model service's tokenizer counts them), so that claude-code's trigger is
+        # DEMO_TINY_HEADROOM tokens, a few steps, ahead whatever the prompt's size.
         # Random weights spend every token on reasoning and never call a tool, so the demo asks
         # for instruct mode and a required tool call (the model service's grammar makes the
         # turn a call of an offered tool; its arguments are noise, cut at the token budget,
         # and come back as error observations).
         body["budgets"] = {"max_steps": 10, "max_output_tokens": 96}
         body["policy"] = {**policy, "tool_choice": "required", "reasoning_effort": "none"}
-        body["context_window"] = DEMO_TINY_WINDOW
+        body["context_headroom"] = DEMO_TINY_HEADROOM
     return body
 
 

@@ -102,6 +102,12 @@ class EpisodeCreate(_Strict):
     context_window: int | None = Field(
         None, ge=256, description="Override the context window (default: the model's)."
     )
+    context_headroom: int | None = Field(
+        None, ge=1,
+        description="Hold the window just large enough that compaction fires this many tokens "
+        "above the fixed context (system prompt, task and tool schemas, as counted); never "
+        "larger than the window otherwise used. For short episodes that compact (the demo).",
+    )  # fmt: skip
     memory: dict[str, str] = Field(
         default_factory=dict, max_length=64,
         description=f"Memory files by name (each at most {MAX_MEMORY_CHARS:,} characters).",

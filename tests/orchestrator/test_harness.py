@@ -46,6 +46,18 @@ def test_presets_load_with_native_tool_names(preset: str) -> None:
     assert "2026-03-02T09:00:00Z" in prompt and "be brief" in prompt and "inbox-triage" in prompt
 
 
+@pytest.mark.parametrize(("preset", "real"), [("claude-code", 6_882), ("codex", 26_496)])
+def test_claude_code_and_codex_prompts_are_of_a_realistic_size(preset: str, real: int) -> None:
+    """The real CLIs' system prompts (``k3stack harness compare``: 2.1.332, 0.171.0) are
+    6,882 and 26,496 characters; the presets' own words come within reach (README)."""
+    cfg = load_harness(preset)
+    prompt = render_system_prompt(
+        cfg.system_prompt, environment={}, memory={}, skills=[], now="2026-03-02T09:00:00Z",
+        reasoning_effort=cfg.reasoning_effort,
+    )  # fmt: skip
+    assert 6_000 <= len(prompt) <= real, len(prompt)
+
+
 def test_native_argument_names() -> None:
     def props(key: str) -> set[str]:
         return set(CATALOGUE[key].parameters["properties"])
@@ -84,6 +96,16 @@ def test_native_argument_names() -> None:
 )
 def test_compaction_triggers_follow_the_harnesses(preset: str, window: int, threshold: int):
     assert load_harness(preset).context.trigger.threshold(window) == threshold
+
+
+@pytest.mark.parametrize("preset", ["claude-code", "codex", "kimi-code", "openclaw", "hermes"])
+@pytest.mark.parametrize("tokens", [1, 300, 13_377, 150_001])
+def test_window_for_is_the_smallest_window_whose_trigger_reaches_the_tokens(preset, tokens):
+    """The demo's window (``context_headroom``): compaction fires at ``tokens``, not before."""
+    trigger = load_harness(preset).context.trigger
+    window = trigger.window_for(tokens)
+    assert trigger.threshold(window) >= tokens
+    assert window == 256 or trigger.threshold(window - 1) < tokens
 
 
 def _write(tmp_path: Path, data: dict) -> Path:

@@ -373,6 +373,12 @@ class EpisodeRunner:
         policy.sections = list(harness.context.summary_sections)
         window = request.context_window or self._model_window(request) or harness.context.window
         counter = self._counter(request)
+        if request.context_headroom is not None:
+            # the window held just above the fixed part, so that a short episode compacts
+            # whatever the prompt's and the tool schemas' size
+            fixed = counter.count(state["messages"][:2], tools.specs())
+            trigger = harness.context.trigger
+            window = min(window, trigger.window_for(fixed + request.context_headroom))
         compactor = Compactor(harness.context, window, counter, policy.summarize, tools.specs())
         ctx = ToolContext(
             sandbox=self.svc.sandbox if state.sandbox_id else None,

@@ -52,6 +52,20 @@ class Trigger(_Strict):
             limits.append(window - reserve)
         return min(limits)
 
+    def window_for(self, tokens: int) -> int:
+        """The smallest window (at least 256) whose threshold is ``tokens`` or more: the
+        threshold never falls as the window grows, so a bisection finds it."""
+        lo, hi = 256, max(256, tokens)
+        while self.threshold(hi) < tokens:
+            hi *= 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.threshold(mid) >= tokens:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
 
 class Keep(_Strict):
     """What survives a compaction verbatim (besides the system prompt)."""
