@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from services.tools.events.marks import agent_changes
 from services.tools.scenarios import SCENARIOS, get_scenario
 from services.tools.scenarios.baselines import run_agent
 from services.tools.scenarios.drive import LocalDriver
@@ -49,6 +50,9 @@ def _held_out_passes(db, name: str, seed: int) -> dict[str, list[str]]:  # type:
         driver = template.fork()
         run_agent(driver, inst, act)
         out[agent] = [e.event_id for e in driver.report().events if e.passed]
+        if agent == "broad_action" and "canvas" in inst.apps:
+            with db.session() as s:  # it did act on Canvas: submissions or grades written
+                assert "canvas_objects" in agent_changes(s, driver.world_id), name
     return out
 
 
@@ -61,14 +65,14 @@ def test_held_out_agents_stay_under_ten_percent(tools_client, name: str) -> None
 
 @pytest.mark.slow
 def test_held_out_agents_over_seeds_1_to_19(tools_client) -> None:
-    """Seeds 1-19 (seed 0 above) in rotation, to stay near two minutes: on each seed one
-    scenario of the library and one of the two Canvas scenarios, where the broad agent
-    submits and grades everything (the full 16 x 20 sweep is in the README's figures)."""
+    """Seeds 1-19 (seed 0 above) in rotation, to stay near two minutes: odd seeds one of
+    the two Canvas scenarios (where the broad agent submits and grades everything), even
+    seeds the next scenario of the library (the full 16 x 20 sweep: README's figures)."""
     db = tools_client.app.state.db
     canvas = [n for n in LIBRARY if "canvas" in get_scenario(n).build(0).apps]
     assert len(canvas) >= 2
     for seed in range(1, 20):
-        for name in {LIBRARY[seed % len(LIBRARY)], canvas[seed % len(canvas)]}:
-            total = len(get_scenario(name).build(seed).events)
-            for agent, passed in _held_out_passes(db, name, seed).items():
-                assert len(passed) <= 0.10 * total, (name, seed, agent, passed)
+        name = canvas[seed // 2 % 2] if seed % 2 else LIBRARY[seed // 2 % len(LIBRARY)]
+        total = len(get_scenario(name).build(seed).events)
+        for agent, passed in _held_out_passes(db, name, seed).items():
+            assert len(passed) <= 0.10 * total, (name, seed, agent, passed)
