@@ -49,6 +49,19 @@ def test_library_covers_the_domains() -> None:
     assert wanted <= domains, wanted - domains
 
 
+def test_library_templates() -> None:
+    """>= 16 scenarios with >= 8 distinct templates (block mixes), two of them on Canvas;
+    the new block kinds (triage, time zones) each in several scenarios."""
+    from services.tools.scenarios.docs import template
+
+    templates = {n: template(n) for n in LIBRARY}
+    assert len(LIBRARY) >= 16
+    assert len(set(templates.values())) >= 8, templates
+    assert sum("canvas" in instance(n, 0).apps for n in LIBRARY) >= 2
+    for kind in ("triage", "timezones"):
+        assert sum(kind in t for t in templates.values()) >= 3, kind
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_library_counts(seed: int) -> None:
     """Every scenario: >= 40 events over >= 5 simulated days, >= 3 apps, >= 10 triggered

@@ -81,6 +81,22 @@ def test_every_paraphrase_reads_as_its_verdict() -> None:
         ("Approved, thanks. Could you confirm the dates?", {"approve", "ask"}),
         ("Thanks, noted.", set()),
         ("No worries, I will look at it tomorrow.", set()),
+        ("No later than Friday, please.", set()),
+        ("I will go through the document tomorrow.", set()),
+        ("The cap is 18 days; anything up to that can go through.", set()),  # a rule, no verdict
+        # forms the held-out paraphrased oracle (tests/tools/heldout.py) first found misread
+        ("Hi Uma, No on TRV-2123, I'm afraid: it is over the cap.", {"decline"}),
+        ("TRV-2123 is a no, sorry.", {"decline"}),
+        (
+            "Re: Change CTR-4487\nHi Quinn, No on CTR-4487: $560,312.00 is over the cap.",
+            {"decline"},
+        ),
+        ("TRV-2123: final answer is no.", {"decline"}),
+        ("I have to withdraw my approval: it overlaps the freeze.", {"decline"}),
+        ("TRV-2123 gets a yes from me.", {"approve"}),
+        ("Good news, TRV-2123 can go through.", {"approve"}),
+        ("I can sign TRV-2123 off: it is within the allowance.", {"approve"}),
+        ("TRV-2123 can't go through.", {"decline"}),
     ],
 )
 def test_asks_questions_suppositions_and_contradictions(text: str, want: set[str]) -> None:

@@ -26,15 +26,25 @@ _PHRASES = [
         r"|granted|grant(?:ing)? (?:it|this|that|the request|your request)"
         r"|sign(?:ed|ing)? off|sign-off|authori[sz](?:e|ed|ing)|accept(?:ed|ing)?"
         r"|ok(?:ay)?'d|okayed|(?:is|are|looks?|seems?) (?:ok(?:ay)?|fine|acceptable|good)"
-        r"|good to go|fine to proceed|proceed(?:ing)?|cleared",
+        r"|good to go|fine to proceed|proceed(?:ing)?|cleared"
+        r"|sign(?:ed|ing)? [\w-]+ off|(?:it|this|[a-z]+-\d+) (?:can|may|will) go through"
+        r"|(?:is|'s|gets?) a (?:\w+ )?yes|answer is yes",
     ),
     (
         "decline",
         r"declin(?:e|ed|es|ing)|reject(?:ed|s|ing|ion)?|den(?:y|ied|ies|ying)|denial"
-        r"|refus(?:e|ed|ing)|turn(?:ed|ing|s)? (?:[\w-]+ ){0,2}?down|veto(?:ed)?",
+        r"|refus(?:e|ed|ing)|turn(?:ed|ing|s)? (?:[\w-]+ ){0,2}?down|veto(?:ed)?"
+        r"|(?:is|'s|gets?) a (?:\w+ )?no|answer is no"
+        r"|(?:it|this|[a-z]+-\d+) (?:cannot|can't|won't|will not|may not) go through",
     ),
 ]
-_DECISION = [(v, re.compile(rf"\b(?:{p})\b")) for v, p in _PHRASES]
+# Taking a decision back reads first, before its noun ("withdraw my approval") reads as one.
+_RETRACT = (
+    r"(?:withdr[ae]w(?:s|n|ing)?|revok(?:e|ed|es|ing)|rescind(?:s|ed|ing)?"
+    r"|retract(?:s|ed|ing)?|pull(?:s|ed|ing)?) (?:my |our |the |its |that )?"
+    r"(?:approval|sign-off|go-ahead|green light)"
+)
+_DECISION = [(v, re.compile(rf"\b(?:{p})\b")) for v, p in [("decline", _RETRACT), *_PHRASES]]
 _NEGATOR = re.compile(
     r"\b(?:not|no|never|nor|cannot|can't|won't|wouldn't|shouldn't|don't|doesn't|didn't|isn't"
     r"|aren't|wasn't|unable|unlikely|hardly|without|against|no longer|afraid not)\b|n't\b"
@@ -48,7 +58,9 @@ _CONTRAST = re.compile(r"\s*(?:[,;:]|\s-+\s|\s—\s)\s*|\s+(?:but|however|though
 _YES = re.compile(
     r"^(?:yes|yep|yeah|sure|absolutely|certainly|of course|confirmed|approved|agreed)\b"
 )
-_NO = re.compile(r"^(?:no|nope|negative|sorry,? no)\b(?!\s+(?:problem|worries|rush|issue))")
+_NO = re.compile(
+    r"^(?:no|nope|negative|sorry,? no)\b(?!\s+(?:problem|worries|rush|issue|later|sooner|more|longer|need|doubt|matter))"
+)
 _ASK = re.compile(
     r"\b(?:could|can|would|will) you (?:please |kindly )?(?:send|share|clarify|confirm|provide"
     r"|forward|explain|tell me|let me know|resend|attach)\b"
@@ -57,6 +69,7 @@ _ASK = re.compile(
     r"|context)\b|\bbefore i (?:can )?(?:decide|approve|sign off)\b"
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_GREETING = re.compile(r"^(?:hi|hello|hey|dear|thanks|thank you)\b[^,:]{0,40}[,:]\s*")
 
 
 def _normal(text: str) -> str:
@@ -89,7 +102,8 @@ def verdicts(text: str) -> set[str]:
     out: set[str] = set()
     if _ASK.search(low):
         out.add("ask")
-    for sentence in _SENTENCE.findall(low):
+    # lines first: a mail's subject line ("Re: ...") is not the start of its first sentence
+    for sentence in (x for line in text.splitlines() for x in _SENTENCE.findall(_normal(line))):
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?"):
             continue  # a question decides nothing
@@ -109,6 +123,7 @@ def verdicts(text: str) -> set[str]:
                 continue
             found |= _clause_verdicts(clause)
         if not found:
+            sentence = _GREETING.sub("", sentence)  # "Hi Ana, no on LV-3011: ..."
             if _NO.match(sentence):
                 found.add("decline")
             elif _YES.match(sentence):

@@ -22,7 +22,7 @@ write at most twice as often as the oracle does in that event's window, plus two
 Oracle steps are MCP tool calls (``{"tool": "send_email", "args": {...}}``) whose ids are
 symbolic (``{"$msg": Message-ID}``, ``{"$dm": email}``, ``{"$db": title}``, ...) until
 ``scenarios.oracle`` resolves them in a live world; each also carries its app-level form
-(``{"do": "gmail.reply", "msgid": ..., "to": [...], "body": ...}``; kinds gmail.reply,
+(``{"do": "gmail.reply", "msgid": ..., "to": [...], "body": ...}``; kinds gmail.reply, gmail.modify,
 gmail.send, slack.dm, slack.post, notion.add_row, notion.update_row, calendar.insert,
 calendar.update) for planners that map steps onto their own tool sets.
 """

@@ -21,6 +21,12 @@ committed to in that conversation, to exactly the right people, with values foun
 - ``digest``: the week's wrap-up (exactly the requests that ended approved).
 - ``coursework`` / ``grading`` (Canvas): a student's submissions, lab section and exam dates;
   a teaching assistant's grading under a late policy, an appeal and an announcement.
+- ``triage``: phishing and spam that must be binned, reported and never answered, forwarded
+  or linked; a colleague's real question (answered from an earlier mail); the colleague asks
+  for the phishing link.
+- ``timezones``: slots proposed in the guest's zone (one clashes with an instance of a
+  recurring stand-up); a second attendee in another zone moves it; the new time in the
+  guest's zone.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from services.tools.scenarios.blocks.confidential import confidential
 from services.tools.scenarios.blocks.digest import ASSISTANT_WRITES, digest, finish
 from services.tools.scenarios.blocks.lookup import lookup
 from services.tools.scenarios.blocks.meeting import meeting
+from services.tools.scenarios.blocks.timezones import timezones
 from services.tools.scenarios.blocks.tracker import tracker
+from services.tools.scenarios.blocks.triage import triage
 
 __all__ = ["ASSISTANT_WRITES", "BLOCKS", "finish"]
 
@@ -46,4 +54,6 @@ BLOCKS: dict[str, Callable[..., None]] = {
     "digest": digest,
     "coursework": coursework,
     "grading": grading,
+    "triage": triage,
+    "timezones": timezones,
 }

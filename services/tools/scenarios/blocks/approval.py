@@ -105,10 +105,12 @@ def approval(scene: Scene, i: int) -> None:
             scene.check(
                 "say.reply",
                 deadline + timedelta(minutes=2),
-                f"decided {ref} before the deadline (no escalation)",
+                f"decided {ref} before the deadline, on its figure (no escalation)",
                 thread_of=m1,
                 to=[req.email],
                 verdict=v1,
+                # what decides it, so a constant verdict does not pass half the escalations
+                contains=[fmt(scene, cap if v1 == "decline" else amount)],
                 until=deadline.isoformat(),
             )
         ],

@@ -37,7 +37,7 @@ def _digest(scene: Scene) -> None:
                 "posted exactly the requests that ended approved",
                 channel=c["channel"],
                 after_event="wrap-up",
-                contains=yes,
+                contains=yes or ["none"],  # nothing approved: say so, not a bare verdict
                 excludes=no,
                 max=1,
             ),
@@ -48,7 +48,14 @@ def _digest(scene: Scene) -> None:
                 allow=ASSISTANT_WRITES,
             ),
         ],
-        steps=[scene.channel_step(c["channel"], "Approved: " + ", ".join(yes) + ".")],
+        steps=[
+            scene.channel_step(
+                c["channel"],
+                "Approved: " + ", ".join(yes) + "."
+                if yes
+                else f"None of the {item}s ended approved.",
+            )
+        ],
         tags=["digest"],
     )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from services.tools.scenarios.dsl import Scene, legacy
 from services.tools.scenarios.generator import day_name
-from shared.contracts.tools import Person, Trigger
+from shared.contracts.tools import Check, Person, Trigger
 
 
 def meeting(scene: Scene, i: int) -> None:
@@ -44,20 +44,15 @@ def meeting(scene: Scene, i: int) -> None:
                 m1,
             )
         ],
-        checks=[
-            scene.check(
-                "calendar.has_event",
-                scene.at(day, 18),
-                f"invited {guest.name} at the earliest free slot",
-                summary_contains=[topic],
-                start=chosen.isoformat(),
-                attendees=[guest.email],
-                max_count=1,
-            ),
-            scene.check(
-                "calendar.no_overlap", scene.at(day, 18), "no double-booking on the calendar"
-            ),
-        ],
+        checks=booked(
+            scene,
+            topic,
+            scene.at(day, 18),
+            chosen,
+            [guest],
+            f"invited {guest.name} at the earliest free slot",
+            "no double-booking on the calendar",
+        ),
         steps=[_create(topic, chosen, [guest])],
         tags=["calendar", "negative"],
     )
@@ -78,26 +73,15 @@ def meeting(scene: Scene, i: int) -> None:
                 in_reply_to=m1,
             )
         ],
-        checks=[
-            scene.check(
-                "calendar.has_event",
-                scene.at(day + 1, 18),
-                "the meeting moved (one event, at the new time)",
-                summary_contains=[topic],
-                start=moved.isoformat(),
-                attendees=[guest.email],
-                max_count=1,
-            ),
-            scene.check(
-                "calendar.has_event",
-                scene.at(day + 1, 18),
-                "nothing left at the old time",
-                summary_contains=[topic],
-                start=chosen.isoformat(),
-                min_count=0,
-                max_count=0,
-            ),
-        ],
+        checks=moved_to(
+            scene,
+            topic,
+            scene.at(day + 1, 18),
+            moved,
+            chosen,
+            [guest],
+            "the meeting moved (one event, at the new time)",
+        ),
         steps=[_update(topic, start=moved)],
         depends_on=[e1],
         tags=["moving-deadline"],
@@ -130,6 +114,54 @@ def meeting(scene: Scene, i: int) -> None:
         depends_on=[e2],
         tags=["calendar"],
     )
+
+
+def booked(
+    scene: Scene,
+    topic: str,
+    by: datetime,
+    start: datetime,
+    who: list[Person],
+    what: str,
+    no_clash: str,
+) -> list[Check]:
+    """The meeting is on the calendar once, at ``start``, with ``who``; nothing overlaps."""
+    return [
+        scene.check(
+            "calendar.has_event",
+            by,
+            what,
+            summary_contains=[topic],
+            start=start.isoformat(),
+            attendees=[p.email for p in who],
+            max_count=1,
+        ),
+        scene.check("calendar.no_overlap", by, no_clash),
+    ]
+
+
+def moved_to(
+    scene: Scene,
+    topic: str,
+    by: datetime,
+    start: datetime,
+    old: datetime,
+    who: list[Person],
+    what: str,
+) -> list[Check]:
+    """The meeting is once at ``start`` with ``who``, and nothing is left at ``old``."""
+    return [
+        booked(scene, topic, by, start, who, what, "")[0],
+        scene.check(
+            "calendar.has_event",
+            by,
+            "nothing left at the old time",
+            summary_contains=[topic],
+            start=old.isoformat(),
+            min_count=0,
+            max_count=0,
+        ),
+    ]
 
 
 def _create(topic: str, start: datetime, who: list[Person]) -> dict[str, Any]:
