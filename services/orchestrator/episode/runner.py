@@ -376,7 +376,7 @@ class EpisodeRunner:
         if request.context_headroom is not None:
             # the window held just above the fixed part, so that a short episode compacts
             # whatever the prompt's and the tool schemas' size
-            fixed = counter.count(state["messages"][:2], tools.specs())
+            fixed = counter.count(state.messages[:2], tools.specs())
             trigger = harness.context.trigger
             window = min(window, trigger.window_for(fixed + request.context_headroom))
         compactor = Compactor(harness.context, window, counter, policy.summarize, tools.specs())
