@@ -4,6 +4,7 @@ judge, without a sandbox."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import jsonschema
@@ -165,3 +166,13 @@ def _module(task: KernelTask, name: str):  # noqa: ANN202
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.mark.parametrize(
+    "times", [(2.0, 0.0, 0.0, 1.0), (0.0, 0.0, 0.0, 0.0), (2.0, 1.0, 0.5, 0.0)]
+)
+def test_speed_reward_of_times_measured_as_zero_is_a_number_in_range(times) -> None:  # type: ignore[no-untyped-def]
+    """A charged time of 0 (an expert's lower quartile under load hit it in a stressed run, and
+    the job failed with ZeroDivisionError) gives a reward in [0, 1], never a crash."""
+    r = speed_reward(*times)
+    assert 0.0 <= r <= 1.0 and math.isfinite(r)

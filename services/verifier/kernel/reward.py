@@ -20,6 +20,9 @@ from __future__ import annotations
 import math
 
 FLOOR = 0.1
+MIN_TIME = 1e-12
+"""Times are clamped to at least this: a charged time can come out 0 (a run that took less than
+the overhead subtracted from it, under load), and a reward must never divide by it."""
 FORMULA = (
     "s(t)=ln(t_ref/t); reward=0.1*t_ref/t if s<=0 (correct, not faster); else "
     "0.1+0.9*speed, speed=0.5*s/s_exp if s<=s_exp else 0.5+0.5*min(1,(s-s_exp)/(s_roof-s_exp)); "
@@ -29,6 +32,7 @@ FORMULA = (
 
 def speed_reward(t_ref: float, t_exp: float, t_roof: float, t_cand: float) -> float:
     """The reward of a correct, unflagged candidate."""
+    t_ref, t_exp, t_roof, t_cand = (max(t, MIN_TIME) for t in (t_ref, t_exp, t_roof, t_cand))
     s = math.log(t_ref / t_cand)
     if s <= 0:
         return FLOOR * t_ref / t_cand
