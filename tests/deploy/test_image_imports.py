@@ -13,7 +13,6 @@ Imports guarded by ``except ImportError`` and ``TYPE_CHECKING`` blocks are optio
 from __future__ import annotations
 
 import ast
-import re
 import sys
 import tomllib
 from functools import cache
@@ -22,14 +21,11 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("model", "sandbox", "tools", "verifier", "orchestrator")
 OURS = {"services", "shared", "__future__"}
-
-
-def _name(spec: str) -> str:
-    return re.sub(r"[-_.]+", "-", Requirement(spec).name).lower()
 
 
 @cache
@@ -44,7 +40,7 @@ def _closure(service: str) -> frozenset[str]:
     seen: set[str] = set()
     while todo:
         req = todo.pop()
-        name = _name(str(req))
+        name = canonicalize_name(req.name)
         if name in seen:
             continue
         seen.add(name)
@@ -62,7 +58,9 @@ def _closure(service: str) -> frozenset[str]:
 
 @cache
 def _providers() -> dict[str, list[str]]:
-    return {m: [_name(d) for d in ds] for m, ds in metadata.packages_distributions().items()}
+    return {
+        m: [canonicalize_name(d) for d in ds] for m, ds in metadata.packages_distributions().items()
+    }
 
 
 def _optional(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
