@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
-	@echo "make test   - install what is missing, run lint, the whole test suite (E2E=1: then make e2e)"
+	@echo "make test   - install what is missing, run lint, the whole test suite with make e2e beside it (E2E=0: no e2e)"
 	@echo "make setup  - only install (system packages + virtualenv)"
 	@echo "make bench  - run the benchmark scripts under bench/"
 	@echo "make docs   - regenerate the README configuration table"
@@ -41,15 +41,10 @@ format: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# The suite, then with E2E=1 the deployed stack (make e2e). Each part's time and e2e's share are
-# printed. Not by default: CI's budget is 45 min from a fresh clone, the suite takes most of it on
-# this machine kind and e2e adds ~7 min cold (README, "Deployed", has the figures).
+# The suite and, beside it, make e2e (scripts/test.sh says why beside); E2E=0 leaves e2e out.
+# Each part's time, the whole and e2e's share are printed.
 test: setup lint
-	@t0=$$(date +%s); $(VENV)/bin/pytest $(PYTEST_ARGS) || exit $$?; t1=$$(date +%s); \
-	if [ "$${E2E:-0}" = 0 ]; then echo "make test: suite $$((t1 - t0)) s (no e2e: E2E=1 adds it)"; exit 0; fi; \
-	bash scripts/e2e.sh || exit $$?; t2=$$(date +%s); \
-	echo "make test: suite $$((t1 - t0)) s + e2e $$((t2 - t1)) s = $$((t2 - t0)) s;" \
-	  "e2e's share $$((100 * (t2 - t1) / (t2 - t0 > 0 ? t2 - t0 : 1)))%"
+	@bash scripts/test.sh $(PYTEST_ARGS)
 
 # Build every image, docker compose up, contract tests through the published ports, down -v.
 e2e: setup
