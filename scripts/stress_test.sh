@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Run the whole test suite while a CPU burner keeps every core busy, to find tests whose outcome
-# depends on timing or load. Usage: scripts/stress_test.sh [--load N] [--minutes M] [pytest args]
+# depends on timing or load. Usage: scripts/stress_test.sh [--load N] [--minutes M] [--e2e] [pytest args]
 #   --load N     burner workers per core (default 1: every core fully busy besides the suite)
-#   --minutes M  hard bound on the burner's life (default 60); it also stops when the suite ends
+#   --minutes M  hard bound on the burner's life (default 120); it also stops when the suite ends
+#   --e2e        make test's whole body (scripts/test.sh: the suite with make e2e beside it)
 # Exits with pytest's status. Installs stress-ng from Debian if it is missing (root).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 cd "$(dirname "$0")/.."
 
 load=1
-minutes=60
+minutes=120
+e2e=0
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --load) load="$2"; shift 2 ;;
     --minutes) minutes="$2"; shift 2 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --e2e) e2e=1; shift ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -37,6 +40,10 @@ trap 'kill "$burner" 2>/dev/null || true; wait "$burner" 2>/dev/null || true' EX
 sleep 2
 uptime
 status=0
-.venv/bin/pytest "${args[@]}" || status=$?
+if [ "$e2e" = 1 ]; then
+  E2E=1 bash scripts/test.sh "${args[@]}" || status=$?
+else
+  .venv/bin/pytest "${args[@]}" || status=$?
+fi
 uptime
 exit "$status"
