@@ -44,20 +44,23 @@ _HAVE = (
     r"(?:give|gives|gave|given|giving|get|gets|got|gotten|getting|has|have|had|receive[ds]?"
     r"|receiving|with)"
 )
+_VERDICT_IS = (  # "the verdict is yes", "my decision on LV-3011 remains a firm no"
+    r"(?:answer|verdict|decision|call|response|ruling|reply)(?: (?:on|for|about) [\w-]+)?"
+    r" (?:is|was|will be|'s|remains|stays)(?: still| firmly| an?)?"
+    r"(?: firm| clear| definite| definitive| simple)? "
+)
 _FORMS = [
     (
         "approve",
         r"sa(?:y|ys|id|ying) yes"
         rf"|{_HAVE} (?:it |this |that |them |[a-z]+-\d+ )?(?:the|an?|my|our|your|their|a big)"
         r" (?:ok(?:ay)?|nod|thumbs[- ]up|blessing|all[- ]clear|yes)"
-        r"|(?:answer|verdict|decision|call|response|ruling|reply)(?: (?:on|for|about) [\w-]+)?"
-        r" (?:is|was|will be|'s|remains|stays) (?:a |still |firmly )?yes",
+        rf"|{_VERDICT_IS}yes",
     ),
     (
         "decline",
         r"sa(?:y|ys|id|ying) no(?! (?:more|longer|problem))|thumbs[- ]down"
-        r"|(?:answer|verdict|decision|call|response|ruling|reply)(?: (?:on|for|about) [\w-]+)?"
-        r" (?:is|was|will be|'s|remains|stays) (?:a |still |firmly )?no(?! (?:longer|more))",
+        rf"|{_VERDICT_IS}no(?! (?:longer|more))",
     ),
 ]
 _DECISION = [(v, re.compile(rf"\b(?:{p})\b")) for v, p in [*_FORMS, *_PHRASES]]
@@ -134,7 +137,7 @@ _NO = re.compile(
     r"^(?:no|nope|negative|sorry,? no)\b(?!\s+(?:problem|worries|worry|rush|hurry|issue|later"
     r"|sooner|more|longer|need|doubt|matter|further|other|additional|extra|new|big deal|one"
     r"|idea|news|pressure|changes?|questions?|actions?|comments?|concerns?|objections?"
-    r"|updates?|follow-?ups?|edits?|notes?)\b)"
+    r"|updates?|follow-?ups?|edits?|notes?|reason)\b)"
 )
 _ASK = re.compile(
     r"\b(?:could|can|would|will) you (?:please |kindly )?(?:send|share|clarify|confirm|provide"
