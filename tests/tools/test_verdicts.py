@@ -154,6 +154,7 @@ SAY_AND_GIVE = [
     ("It's a thumbs down on TRV-2123, sorry.", D),
     ("Say no more, I'll check it tomorrow.", NONE),
     ("Did TRV-2123 get the OK?", NONE),
+    ("We still need to get the OK from legal on TRV-2123.", NONE),
 ]
 # the decision named, then a bare yes or no
 VERDICT_IS = [

@@ -40,9 +40,10 @@ _PHRASES = [
 ]
 # Verdict forms beyond the phrase list: "say no to", "give it the OK", "got the nod", "the
 # verdict is yes" (read like any phrase, so "never got the OK" and "can't say yes" flip).
+# giving it in any form, getting it not as an aim ("we need to get the OK" is none)
 _HAVE = (
-    r"(?:give|gives|gave|given|giving|get|gets|got|gotten|getting|has|have|had|receive[ds]?"
-    r"|receiving|with)"
+    r"(?:give|gives|gave|given|giving|(?<!to )(?:get|receive)|gets|got|gotten|has|have|had"
+    r"|received|with)"
 )
 _VERDICT_IS = (  # "the verdict is yes", "my decision on LV-3011 remains a firm no"
     r"(?:answer|verdict|decision|call|response|ruling|reply)(?: (?:on|for|about) [\w-]+)?"
