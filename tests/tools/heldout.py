@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,17 +86,21 @@ def paraphrase(text: str, rng: random.Random) -> str:
 
 @dataclass
 class Paraphrasing:
-    """A driver whose outgoing statements are paraphrased (everything else passes through)."""
+    """A driver whose outgoing statements are paraphrased (everything else passes through).
+
+    ``rephrase`` is the paraphrase applied (this module's ``paraphrase`` unless another set's
+    is given, e.g. ``tests.tools.heldout_external.paraphrase_external``)."""
 
     inner: Driver
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     rewritten: int = 0
+    rephrase: Callable[[str, random.Random], str] = paraphrase
 
     def call(self, tool: str, args: dict[str, Any]) -> Any:
         out = dict(args)
         for key in TEXT_FIELDS:
             if isinstance(out.get(key), str):
-                new = paraphrase(out[key], self.rng)
+                new = self.rephrase(out[key], self.rng)
                 self.rewritten += new != out[key]
                 out[key] = new
         return self.inner.call(tool, out)

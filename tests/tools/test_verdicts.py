@@ -1,6 +1,9 @@
 """The verdict reader against a paraphrase suite: several hundred phrasings of both verdicts
 (negation, modal and refusal forms, "yes/no + reason"), each with distractor clauses around
-it, generated combinatorially; plus asks, questions, suppositions and contradictions."""
+it, generated combinatorially; plus asks, questions, suppositions and contradictions, and
+groups for the classes of language the external held-out set (issue 27) found misread:
+superseded verdicts, double negatives, "say no to" / "got the OK" forms, "the verdict is
+yes/no" and a "No …" aside that is not about the item."""
 
 from __future__ import annotations
 
@@ -101,3 +104,102 @@ def test_every_paraphrase_reads_as_its_verdict() -> None:
 )
 def test_asks_questions_suppositions_and_contradictions(text: str, want: set[str]) -> None:
     assert verdicts(text) == want
+
+
+A, D, NONE = {"approve"}, {"decline"}, set()
+# a verdict taken back, or only named as an earlier one, is not the current verdict
+SUPERSEDED = [
+    ("I'm withdrawing my earlier approval of TRV-2123: the dates clash with the freeze.", D),
+    ("Consider my prior sign-off on TRV-2123 void.", D),
+    ("I'm taking back my go-ahead on TRV-2123.", D),
+    ("TRV-2123: approval withdrawn.", D),
+    ("The approval for TRV-2123 has been revoked.", D),
+    ("Despite my previous approval, TRV-2123 is now declined.", D),
+    ("TRV-2123 was originally approved; it is declined now.", D),
+    ("The earlier rejection of TRV-2123 has been overturned, so you can go ahead.", A),
+    ("We're reversing the original decline: TRV-2123 is approved.", A),
+    ("Setting aside my earlier no, TRV-2123 is approved.", A),
+    ("I had declined TRV-2123, but it is approved now.", A),
+    ("My initial refusal stands: TRV-2123 is over the cap.", D),
+    ("My previous approval of TRV-2123 still holds.", A),
+    ("I'm not withdrawing my approval of TRV-2123.", A),
+    ("There's no approval for TRV-2123 yet.", D),
+    ("My earlier reply had a typo in the dates.", NONE),
+    ("The original approval form is attached.", NONE),
+    ("Did my earlier approval reach you?", NONE),
+]
+# negations that give a reason count in pairs: "no reason not to" approves
+DOUBLE_NEGATIVE = [
+    ("There's no reason we shouldn't go ahead with TRV-2123.", A),
+    ("I can't think of any reason to turn TRV-2123 down.", A),
+    ("I can't see why we wouldn't sign off on TRV-2123.", A),
+    ("Honestly, I don't see why TRV-2123 shouldn't go ahead.", A),
+    ("There are no grounds to decline TRV-2123.", A),
+    ("There's every reason to approve TRV-2123.", A),
+    ("I see no reason to approve TRV-2123.", D),
+    ("I can't see why we would approve TRV-2123.", D),
+    ("That's the reason I can't approve TRV-2123.", D),
+    ("No reason to rush, I'll look at it tomorrow.", NONE),
+]
+# saying yes or no to it, giving or getting the OK
+SAY_AND_GIVE = [
+    ("I'm happy to say yes to TRV-2123.", A),
+    ("Finance gave TRV-2123 the thumbs up this morning.", A),
+    ("TRV-2123 has the nod from me.", A),
+    ("You have my blessing on TRV-2123.", A),
+    ("I've given it the all-clear.", A),
+    ("We'll have to say no to TRV-2123 this time.", D),
+    ("I can't say yes to TRV-2123.", D),
+    ("TRV-2123 didn't get the OK from finance.", D),
+    ("It's a thumbs down on TRV-2123, sorry.", D),
+    ("Say no more, I'll check it tomorrow.", NONE),
+    ("Did TRV-2123 get the OK?", NONE),
+    ("We still need to get the OK from legal on TRV-2123.", NONE),
+]
+# the decision named, then a bare yes or no
+VERDICT_IS = [
+    ("My decision on TRV-2123 is yes.", A),
+    ("The call on TRV-2123 is yes, go ahead.", A),
+    ("Our verdict is a firm no.", D),
+    ("The answer remains no.", D),
+    ("The decision was no: it is over the cap.", D),
+    ("Is the answer yes or no?", NONE),
+    ("Decision pending; no answer yet.", NONE),
+]
+# a "No …" that is about something else is not a decline; a bare no still is
+ASIDES = [
+    ("TRV-2123 is approved. No further questions from me.", A),
+    ("No reason to rush: TRV-2123 is approved.", A),
+    ("Oh no, I forgot the attachment. TRV-2123 is approved.", A),
+    ("No changes needed on your side: TRV-2123 is declined.", D),
+    ("TRV-2123 is declined, sorry. No further action needed.", D),
+    ("No, TRV-2123 is over the cap.", D),
+    ("No on TRV-2123: it's over the cap.", D),
+    ("No further updates today.", NONE),
+]
+GROUPS = {
+    "superseded": SUPERSEDED,
+    "double_negative": DOUBLE_NEGATIVE,
+    "say_and_give": SAY_AND_GIVE,
+    "verdict_is": VERDICT_IS,
+    "asides": ASIDES,
+}
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_each_group_has_both_verdicts_and_distractors(group: str) -> None:
+    wants = [frozenset(w) for _, w in GROUPS[group]]
+    assert {frozenset(A), frozenset(D)} <= set(wants) and frozenset() in wants, group
+
+
+def test_the_groups_are_forty_new_cases() -> None:
+    texts = [t for cases in GROUPS.values() for t, _ in cases]
+    assert len(texts) >= 40 and len(set(texts)) == len(texts)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"), [c for cases in GROUPS.values() for c in cases], ids=lambda x: str(x)[:40]
+)
+def test_the_groups_read_as_meant_in_every_frame(text: str, want: set[str]) -> None:
+    wrong = [f for f in FRAMES if verdicts(f.format(v=text)) != want]
+    assert not wrong, (text, sorted(verdicts(text)), wrong)

@@ -38,13 +38,86 @@ _PHRASES = [
         r"|(?:it|this|[a-z]+-\d+) (?:cannot|can't|won't|will not|may not) go through",
     ),
 ]
-# Taking a decision back reads first, before its noun ("withdraw my approval") reads as one.
-_RETRACT = (
-    r"(?:withdr[ae]w(?:s|n|ing)?|revok(?:e|ed|es|ing)|rescind(?:s|ed|ing)?"
-    r"|retract(?:s|ed|ing)?|pull(?:s|ed|ing)?) (?:my |our |the |its |that )?"
-    r"(?:approval|sign-off|go-ahead|green light)"
+# Verdict forms beyond the phrase list: "say no to", "give it the OK", "got the nod", "the
+# verdict is yes" (read like any phrase, so "never got the OK" and "can't say yes" flip).
+# giving it in any form, getting it not as an aim ("we need to get the OK" is none)
+_HAVE = (
+    r"(?:give|gives|gave|given|giving|(?<!to )(?:get|receive)|gets|got|gotten|has|have|had"
+    r"|received|with)"
 )
-_DECISION = [(v, re.compile(rf"\b(?:{p})\b")) for v, p in [("decline", _RETRACT), *_PHRASES]]
+_VERDICT_IS = (  # "the verdict is yes", "my decision on LV-3011 remains a firm no"
+    r"(?:answer|verdict|decision|call|response|ruling|reply)(?: (?:on|for|about) [\w-]+)?"
+    r" (?:is|was|will be|'s|remains|stays)(?: still| firmly| an?)?"
+    r"(?: firm| clear| definite| definitive| simple)? "
+)
+_FORMS = [
+    (
+        "approve",
+        r"sa(?:y|ys|id|ying) yes"
+        rf"|{_HAVE} (?:it |this |that |them |[a-z]+-\d+ )?(?:the|an?|my|our|your|their|a big)"
+        r" (?:ok(?:ay)?|nod|thumbs[- ]up|blessing|all[- ]clear|yes)"
+        rf"|{_VERDICT_IS}yes",
+    ),
+    (
+        "decline",
+        r"sa(?:y|ys|id|ying) no(?! (?:more|longer|problem))|thumbs[- ]down"
+        rf"|{_VERDICT_IS}no(?! (?:longer|more))",
+    ),
+]
+_DECISION = [(v, re.compile(rf"\b(?:{p})\b")) for v, p in [*_FORMS, *_PHRASES]]
+# A verdict taken back or named as superseded is read before the clause's own phrases and
+# masked out of it: taking one back decides the other way ("withdraw my approval", "reverse my
+# prior sign-off", "my earlier sign-off no longer stands" decline; "the previous decline is
+# overturned" approves), one only mentioned as earlier decides nothing ("despite my earlier
+# approval"), unless it is said to stand ("my earlier decline still stands").
+_NOUNS = {
+    "approve": r"approval|sign-?off|go-ahead|green light|blessing|ok(?:ay)?|yes",
+    "decline": r"decline|rejection|refusal|denial|veto|turn-?down|no",
+}
+_WEAK = re.compile(r"ok(?:ay)?|yes|no|decline")  # nouns only after "my", "the earlier", …
+_DET = r"(?:my|our|the|that|this|your|his|her|their|its|an?)"
+_EARLIER = (
+    r"(?:earlier|previous|prior|last|original|initial|former|old|preliminary"
+    r"|provisional|tentative)"
+)
+_NOUN = (
+    rf"(?:(?P<det>{_DET}) )?(?:(?P<was>{_EARLIER}) )?(?P<noun>{_NOUNS['approve']}"
+    rf"|{_NOUNS['decline']}|answer|decision|reply|response|verdict|call|ruling|e-?mail|message)"
+)
+# a few words between the noun and what is said of it ("my approval for LV-3011 is withdrawn"),
+# not a negation ("is not withdrawn") nor the start of another statement ("… and it is …")
+_GAP = (
+    r"(?: (?!(?:not|no|never|and|so|but|because|since|which|means)\b)(?![\w'-]*n't\b)"
+    r"[\w'-]+){0,3}?"
+)
+_SUPERSEDED = [
+    (  # taken back: "withdraw my approval", "take back my earlier no"
+        "flip",
+        r"(?:withdr[ae]w(?:s|n|ing)?|revok(?:e|ed|es|ing)|rescind(?:s|ed|ing)?"
+        r"|retract(?:s|ed|ing)?|pull(?:s|ed|ing)?|revers(?:e|ed|es|ing)|overturn(?:s|ed|ing)?"
+        r"|overrul(?:e|ed|es|ing)|cancel(?:s|led|ed|ling|ing)?|undo(?:es|ing|ne)?|undid"
+        r"|(?:tak(?:e|es|ing|en)|took|walk(?:s|ed|ing)?) back) " + _NOUN,
+    ),
+    (  # said to be gone: "approval withdrawn", "the earlier decline no longer stands"
+        "flip",
+        _NOUN + _GAP + r"(?: is| are| was| has been| have been|'s)?(?: now| hereby)?"
+        r" (?:withdrawn|revoked|rescinded|retracted|reversed|overturned|overruled|cancell?ed"
+        r"|void(?:ed)?|null and void|no longer (?:stands|holds|applies|valid|in effect|in place)"
+        r"|(?:does not|doesn't|won't|will not|can't|cannot) (?:stand|hold|apply))",
+    ),
+    (  # said to stand: "my earlier decline still stands"
+        "keep",
+        _NOUN + _GAP + r"(?: still)? (?:stands|holds|remains in (?:place|effect)|applies)",
+    ),
+    ("mention", _NOUN),  # only named: "despite my earlier approval"
+    (  # a verdict given before a change: "I had approved it", "it was initially declined"
+        "mention",
+        r"(?P<was>had|(?:had |was |were |been )?(?:previously|initially|originally|at first))"
+        r" (?:approved|declined|rejected|refused|denied|signed (?:it )?off|okayed"
+        r"|turned (?:it )?down)(?P<det>)(?P<noun>)",
+    ),
+]
+_SUPERSEDED_RE = [(how, re.compile(rf"\b(?:{p})\b")) for how, p in _SUPERSEDED]
 _NEGATOR = re.compile(
     r"\b(?:not|no|never|nor|cannot|can't|won't|wouldn't|shouldn't|don't|doesn't|didn't|isn't"
     r"|aren't|wasn't|unable|unlikely|hardly|without|against|no longer|afraid not)\b|n't\b"
@@ -53,13 +126,19 @@ _AFTER_DENIAL = re.compile(
     r"^\W*(?:\w+\W+){0,4}?(?:is|are|was|will be|would be|can be)?\W*"
     r"(?:not|n't|never|impossible|out of the question|off the table|not possible)\b"
 )
+_REASON = re.compile(r"reasons?|grounds|why")
 _CONDITIONAL = re.compile(r"^(?:if|unless|had|were|once|until|should|in case|whether)\b")
 _CONTRAST = re.compile(r"\s*(?:[,;:]|\s-+\s|\s—\s)\s*|\s+(?:but|however|though|although)\s+")
 _YES = re.compile(
     r"^(?:yes|yep|yeah|sure|absolutely|certainly|of course|confirmed|approved|agreed)\b"
 )
+# "No" answers only when it is not the start of a phrase about something else ("no rush",
+# "no further changes", "no questions from me")
 _NO = re.compile(
-    r"^(?:no|nope|negative|sorry,? no)\b(?!\s+(?:problem|worries|rush|issue|later|sooner|more|longer|need|doubt|matter))"
+    r"^(?:no|nope|negative|sorry,? no)\b(?!\s+(?:problem|worries|worry|rush|hurry|issue|later"
+    r"|sooner|more|longer|need|doubt|matter|further|other|additional|extra|new|big deal|one"
+    r"|idea|news|pressure|changes?|questions?|actions?|comments?|concerns?|objections?"
+    r"|updates?|follow-?ups?|edits?|notes?|reason)\b)"
 )
 _ASK = re.compile(
     r"\b(?:could|can|would|will) you (?:please |kindly )?(?:send|share|clarify|confirm|provide"
@@ -77,15 +156,53 @@ def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _negated_before(clause: str, start: int) -> bool:
+    """A negator in the few words before ``start``; one that gives a reason ("no reason not
+    to", "can't see why we wouldn't") counts its negations: an even number cancels out."""
+    before = clause[:start].split()
+    why = [i for i, w in enumerate(before) if _REASON.fullmatch(w) and len(before) - i <= 5]
+    if why:
+        words = before[max(0, why[-1] - 4) :]
+        return sum(bool(_NEGATOR.search(w)) for w in words) % 2 == 1
+    return bool(_NEGATOR.search(" ".join(before[-4:])))
+
+
 def _negated(clause: str, start: int, end: int) -> bool:
-    before = clause[:start].split()[-4:]
-    if _NEGATOR.search(" ".join(before)):
+    if _negated_before(clause, start):
         return True
     return bool(_AFTER_DENIAL.match(clause[end:]))
 
 
-def _clause_verdicts(clause: str) -> set[str]:
+def _noun_verdict(noun: str) -> str | None:
+    for verdict, nouns in _NOUNS.items():
+        if re.fullmatch(nouns, noun):
+            return verdict
+    return None  # "answer", "decision", a verdict verb: none of its own
+
+
+def _superseded(clause: str) -> tuple[str, set[str]]:
+    """``clause`` with its superseded verdicts masked out, and what taking them back decides."""
     out: set[str] = set()
+    for how, pattern in _SUPERSEDED_RE:
+
+        def read(m: re.Match[str], how: str = how) -> str:
+            if _WEAK.fullmatch(m["noun"]) and not (m["det"] or m["was"]):
+                return m[0]  # a bare "no", "ok": read as they are
+            if how != "flip" and not m["was"]:
+                return m[0]  # "you have my approval", "it's a no": current verdicts
+            verdict = _noun_verdict(m["noun"])
+            if verdict and how == "flip":  # "I'm not withdrawing my approval" keeps it
+                out.add(verdict if _negated_before(m.string, m.start()) else _FLIP[verdict])
+            elif verdict and how == "keep":
+                out.add(verdict)
+            return "_"
+
+        clause = pattern.sub(read, clause)
+    return clause, out
+
+
+def _clause_verdicts(clause: str) -> set[str]:
+    clause, out = _superseded(clause)
     taken: list[tuple[int, int]] = []
     for verdict, pattern in _DECISION:
         for m in pattern.finditer(clause):
