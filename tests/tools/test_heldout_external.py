@@ -1,8 +1,11 @@
-"""The oracle with its verdict sentences said in the external set's words (issue 27).
+"""The oracle with its verdict sentences said in held-out words (issue 27).
 
-``tests.tools.heldout_external`` was written without reading the verdict reader; here the
-oracle (same actions, recipients and values) speaks through it and must still pass >= 95%
-of the events on every scenario: seed 0 per scenario here, seeds 1-4 in the slow test.
+Two sets, each written by someone who had not read the verdict reader:
+``tests.tools.heldout_external`` (first run: 5 of 16 scenarios under 95% at seed 0, from 9
+phrasings; the reader was then fixed for those classes of language, so it is a regression set
+now) and ``tests.tools.heldout_blind2`` (written after that fix, never used to tune the reader:
+the measurement). Through either, the oracle (same actions, recipients and values) must pass
+>= 95% of the events on every scenario at seed 0.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from services.tools.scenarios import SCENARIOS, get_scenario
 from services.tools.scenarios.drive import LocalDriver
 from services.tools.scenarios.oracle import run_oracle
 from tests.tools.heldout import _REF, RULES, Paraphrasing
+from tests.tools.heldout_blind2 import paraphrase_blind2
 from tests.tools.heldout_external import KINDS, RULES_EXTERNAL, paraphrase_external
 
 LIBRARY = sorted(n for n in SCENARIOS if n != "empty")
@@ -78,26 +82,32 @@ def test_paraphrase_external_changes_the_words_not_the_figures() -> None:
 
 @dataclass
 class Recorder:
-    """``paraphrase_external`` that keeps every statement it changed (for the failure
+    """A held-out set's paraphrase that keeps every statement it changed (for the failure
     message: which phrasing a failing event was answered with)."""
 
+    rephrase: Any = paraphrase_external
     swaps: list[tuple[str, str]] = field(default_factory=list)
     verdicts: int = 0  # statements with an oracle verdict sentence in them
 
     def __call__(self, text: str, rng: random.Random) -> str:
-        new = paraphrase_external(text, rng)
+        new = self.rephrase(text, rng)
         self.verdicts += any(p.search(text) for p, _ in RULES)
         if new != text:
             self.swaps.append((text, new))
         return new
 
 
-def _run(db: Any, name: str, seed: int) -> tuple[Any, Paraphrasing, Recorder]:
+SETS = {"external": paraphrase_external, "blind2": paraphrase_blind2}
+
+
+def _run(
+    db: Any, name: str, seed: int, words: str = "external"
+) -> tuple[Any, Paraphrasing, Recorder]:
     inst = get_scenario(name).build(seed)
-    rec = Recorder()
+    rec = Recorder(SETS[words])
     driver = Paraphrasing(
         LocalDriver.create(db, name, seed),
-        random.Random(f"external:{name}:{seed}"),
+        random.Random(f"{words}:{name}:{seed}"),
         rephrase=rec,
     )
     run_oracle(driver, inst)
@@ -115,27 +125,17 @@ def _failures(report: Any, rec: Recorder) -> dict[str, Any]:
     return {"failed": failed, "said": [new for _, new in rec.swaps]} if failed else {}
 
 
-def _check(db: Any, name: str, seed: int) -> tuple[int, int, dict[str, Any]]:
-    report, driver, rec = _run(db, name, seed)
+def _check(
+    db: Any, name: str, seed: int, words: str = "external"
+) -> tuple[int, int, dict[str, Any]]:
+    report, driver, rec = _run(db, name, seed, words)
     assert rec.verdicts > 0, name  # every scenario of the library has verdicts to give
     assert driver.rewritten == rec.verdicts > 0, (name, seed)  # each one was rephrased
     return report.events_passed, report.events_total, _failures(report, rec)
 
 
+@pytest.mark.parametrize("words", list(SETS))
 @pytest.mark.parametrize("name", LIBRARY)
-def test_externally_paraphrased_oracle_passes_95_percent(tools_client, name: str) -> None:
-    passed, total, why = _check(tools_client.app.state.db, name, 0)
-    assert passed >= 0.95 * total, (name, f"{passed}/{total}", why)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_externally_paraphrased_oracle_over_seeds_1_to_4(tools_client) -> None:
-    db = tools_client.app.state.db
-    short = {}
-    for seed in range(1, 5):
-        for name in LIBRARY:
-            passed, total, why = _check(db, name, seed)
-            if passed < 0.95 * total:
-                short[(name, seed)] = (f"{passed}/{total}", why)
-    assert not short, short
+def test_heldout_paraphrased_oracle_passes_95_percent(tools_client, name: str, words: str) -> None:
+    passed, total, why = _check(tools_client.app.state.db, name, 0, words)
+    assert passed >= 0.95 * total, (name, words, f"{passed}/{total}", why)
