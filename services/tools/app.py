@@ -206,8 +206,8 @@ def _install_error_styles(app: FastAPI, styles: dict[str, ErrorStyle]) -> None:
         """405 with the path's full ``Allow`` for a method no route of the path takes.
 
         Starlette's own 405 names the methods of the first route whose path matches (``GET``
-        alone on a path with ``GET`` and ``DELETE`` routes), and a catch-all route (Notion's
-        ``invalid_request_url``, Slack's ``unknown_method``) would swallow the method first."""
+        alone on a path with ``GET`` and ``DELETE`` routes), and Notion's catch-all route
+        (``invalid_request_url``, any method) would take an undeclared method first."""
         allowed = allowed_methods(app, request.url.path)
         if allowed and request.method not in allowed:
             style = style_for(request)
