@@ -8,6 +8,7 @@ needs no change here.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ log = logging.getLogger("k3stack.tools")
 _APP_PATH = re.compile(r"^/(?:worlds/[^/]+/)?(?:upload/)?([a-z][a-z0-9_]*)/")
 
 ErrorStyle = Callable[[int, str], JSONResponse]
+_HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
 def app_routers() -> tuple[
@@ -73,10 +75,15 @@ class JsonRpcError(BaseModel):
     error: JsonRpcErrorObject
 
 
+DEFAULT_400 = "Bad request"  # the description shared.app gives every route's 400
+
+
 def _document_errors(app: FastAPI, models: dict[str, type[BaseModel]]) -> None:
     """Document every route's real error bodies: 4XX in the app's own shape (Google, Slack,
     Notion) on its paths, JSON-RPC (or the platform's) on MCP, the platform's ``Error``
-    elsewhere; FastAPI's 422 goes (validation failures answer 400 in those shapes)."""
+    elsewhere; FastAPI's 422 goes (validation failures answer 400 in those shapes). A route
+    that declares a 4xx of its own (``responses=rejects(...)``) keeps it: the rejections of
+    schema-valid input the real API makes, which the fuzz test holds each route to."""
     base = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -106,8 +113,22 @@ def _document_errors(app: FastAPI, models: dict[str, type[BaseModel]]) -> None:
                 schema, label = ref(Error), "error"
             for op in item.values():
                 responses = op.setdefault("responses", {})
+                own = {
+                    code: r["description"]
+                    for code, r in responses.items()
+                    if code.startswith("4")
+                    and code != "422"
+                    and r.get("description") not in (None, DEFAULT_400)
+                }
                 for code in [c for c in responses if c.startswith("4")]:
                     del responses[code]
+                for code, description in own.items():
+                    # A route's own 4xx: schema-valid input the real API still rejects (a
+                    # recipient missing from a raw message, a stale page token, ...).
+                    responses[code] = {
+                        "description": description,
+                        "content": {"application/json": {"schema": copy.deepcopy(schema)}},
+                    }
                 responses["4XX"] = {
                     "description": label,
                     "content": {"application/json": {"schema": schema}},
@@ -116,6 +137,25 @@ def _document_errors(app: FastAPI, models: dict[str, type[BaseModel]]) -> None:
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def allowed_methods(app: FastAPI, path: str) -> set[str]:
+    """The methods the OpenAPI document gives ``path``: those of its most literal matching
+    template (``/messages/send`` before ``/messages/{id}``, as OpenAPI matches paths); empty
+    when no documented path matches (probes, unknown URLs: left to the routes)."""
+    table = getattr(app.state, "documented_methods", None)
+    if table is None:
+        table = []
+        for template, item in app.openapi().get("paths", {}).items():
+            pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+            methods = {m.upper() for m in item if m in _HTTP_METHODS}
+            table.append((template.count("{"), re.compile(f"^{pattern}$"), methods))
+        app.state.documented_methods = table
+    matches = [(params, methods) for params, regex, methods in table if regex.match(path)]
+    if not matches:
+        return set()
+    fewest = min(params for params, _ in matches)
+    return set().union(*(methods for params, methods in matches if params == fewest))
 
 
 def _install_error_styles(app: FastAPI, styles: dict[str, ErrorStyle]) -> None:
@@ -160,6 +200,23 @@ def _install_error_styles(app: FastAPI, styles: dict[str, ErrorStyle]) -> None:
     app.add_exception_handler(APIError, api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+
+    @app.middleware("http")
+    async def method_not_allowed(request: Request, call_next):  # type: ignore[no-untyped-def]
+        """405 with the path's full ``Allow`` for a method no route of the path takes.
+
+        Starlette's own 405 names the methods of the first route whose path matches (``GET``
+        alone on a path with ``GET`` and ``DELETE`` routes), and Notion's catch-all route
+        (``invalid_request_url``, any method) would take an undeclared method first."""
+        allowed = allowed_methods(app, request.url.path)
+        if allowed and request.method not in allowed:
+            style = style_for(request)
+            message = "Method Not Allowed"
+            resp = style(405, message) if style else default(405, "method_not_allowed", message)
+            resp.status_code = 405
+            resp.headers["Allow"] = ", ".join(sorted(allowed))
+            return resp
+        return await call_next(request)
 
 
 def ping(db: ServiceDatabase) -> dict[str, str]:

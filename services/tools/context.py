@@ -149,3 +149,28 @@ WorldRoute = world_route()
 # always reads its own write in the next request (and a failing commit is an error answer).
 WorldCtx = Annotated[WorldContext, Depends(world_context, scope="function")]
 WorldCtxByToken = Annotated[WorldContext, Depends(world_context_by_token, scope="function")]
+
+
+def rejects(reason: str, status: int = 400) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route whose real API answers ``status`` (400) to some schema-valid
+    input (``reason`` says when: a token it did not hand out, a label id naming no label, ...).
+    The OpenAPI document keeps it as the route's own response (``app._document_errors``); no
+    route answers a schema-valid request with another 4xx than 401/403/404/409/429 and these
+    (``tests/tools/test_fuzz.py``)."""
+    return {status: {"description": reason}}
+
+
+def json_body_doc(
+    required: dict[str, dict[str, Any]], **optional: dict[str, Any]
+) -> dict[str, Any]:
+    """``openapi_extra=`` declaring the body of a route that reads it by hand (a ``dict`` or
+    ``Request`` dependency, so FastAPI documents none): a required object whose ``required``
+    properties the route checks, each schema just the route's own check (no stricter: a value
+    outside it is a 400; no looser: a value inside it passes that check); other
+    properties pass (``additionalProperties``), as the real APIs ignore unknown ones."""
+    schema = {
+        "type": "object",
+        "required": sorted(required),
+        "properties": {**required, **optional},
+    }
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

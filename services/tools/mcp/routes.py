@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from services.tools.context import WorldCtx
+from services.tools.context import WorldCtx, json_body_doc
 from services.tools.mcp.registry import tool_apps
 from services.tools.mcp.server import WorldRoute, serve
 
@@ -43,13 +43,26 @@ def _answer(ctx: WorldCtx, request: Request, apps: tuple[str, ...]) -> Response:
     return _SDKAnswer(WorldRoute(request.app.state.db, ctx.world_id, apps))
 
 
-@router.post("", operation_id="mcp_all")
+# A JSON-RPC 2.0 message (request or notification; ``id`` and ``params`` as the MCP SDK reads
+# them, ``id`` left open: a notification carries none, and the SDK takes any extra member).
+JSON_RPC = json_body_doc(
+    {"jsonrpc": {"type": "string", "enum": ["2.0"]}, "method": {"type": "string"}},
+    params={"type": ["object", "null"]},
+    id={},
+)
+
+
+# A notification (no ``id``) or a client's response gets an empty 202, as the transport answers.
+ACCEPTED = {202: {"description": "A notification or response accepted (no body)"}}
+
+
+@router.post("", operation_id="mcp_all", openapi_extra=JSON_RPC, responses=ACCEPTED)
 async def mcp_all(ctx: WorldCtx, request: Request) -> Response:
     """MCP streamable HTTP endpoint with every app's tools."""
     return _answer(ctx, request, tool_apps())
 
 
-@router.post("/{app}", operation_id="mcp_app")
+@router.post("/{app}", operation_id="mcp_app", openapi_extra=JSON_RPC, responses=ACCEPTED)
 async def mcp_app(ctx: WorldCtx, app: str, request: Request) -> Response:
     """MCP streamable HTTP endpoint with one app's tools (slack, notion, calendar, gmail)."""
     if app not in tool_apps():

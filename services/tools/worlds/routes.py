@@ -4,9 +4,10 @@ events and checks; plus the scenario catalogue."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import ConfigDict
 from sqlalchemy import select
 
-from services.tools.context import WorldRoute, _aware
+from services.tools.context import WorldRoute, _aware, rejects
 from services.tools.events import engine
 from services.tools.models import EventRow, SnapshotRow, WorldRow
 from services.tools.scenarios import SCENARIOS, cache, get_scenario
@@ -29,9 +30,11 @@ from shared.contracts.tools import (
     Snapshot,
     SnapshotCreate,
     World,
-    WorldCreate,
     WorldState,
     parse_duration,
+)
+from shared.contracts.tools import (
+    WorldCreate as WorldCreateContract,
 )
 from shared.db import ServiceDatabase
 from shared.errors import APIError, bad_request
@@ -78,6 +81,12 @@ def _snap_out(s: SnapshotRow) -> Snapshot:
         state_hash=s.state_hash,
         size=s.size,
     )
+
+
+class WorldCreate(WorldCreateContract):
+    # The contract's body, strictly typed: a ``seed`` of ``false`` or ``"3"`` is a 400, not
+    # seed 0 or 3 (the document says integer).
+    model_config = ConfigDict(strict=True)
 
 
 @router.post("/worlds", response_model=World, status_code=201, operation_id="createWorld")
@@ -188,7 +197,13 @@ def get_clock(world_id: str, request: Request) -> Clock:
 
 
 @router.post(
-    "/worlds/{world_id}/clock/advance", response_model=AdvanceResult, operation_id="advanceClock"
+    "/worlds/{world_id}/clock/advance",
+    response_model=AdvanceResult,
+    operation_id="advanceClock",
+    responses=rejects(
+        "not exactly one of `to` and `by`, a `by` that is no duration, or a `to` before the "
+        "clock (time only moves forward)"
+    ),
 )
 def advance_clock(world_id: str, body: AdvanceBody, request: Request) -> AdvanceResult:
     """Move simulated time forward, firing every due event in order (see events.engine)."""

@@ -1111,7 +1111,7 @@ def free_busy(
     calendars: dict[str, Any] = {}
     for item in items:
         raw = item.get("id") if isinstance(item, dict) else None
-        if not raw:
+        if not raw or not isinstance(raw, str):
             raise bad_request("items[].id is required", "required")
         cid = me if raw == "primary" else str(raw).lower()
         cal = _get(ctx, CalendarRow, cid)

@@ -24,7 +24,7 @@ from services.tools.apps.calendar.errors import (
     bad_request,
     to_google_error,
 )
-from services.tools.context import WorldContext, WorldCtx
+from services.tools.context import WorldContext, WorldCtx, json_body_doc, rejects
 
 router = APIRouter(
     prefix="/worlds/{world_id}/calendar/v3", tags=["calendar"], route_class=GoogleRoute
@@ -91,13 +91,8 @@ async def json_body(request: Request) -> dict[str, Any]:
 Body = Annotated[dict[str, Any], Depends(json_body)]
 
 
-def _int(value: str | None, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise bad_request(f"Invalid value for {name}: {value}") from None
+PAGE_TOKEN = r"^(p[0-9]+)?$"  # the tokens actions._page hands out (``p<offset>``)
+RFC3339 = {"format": "date-time"}  # what actions.parse_time reads (an offset required)
 
 
 def _bool(value: str | None) -> bool:
@@ -110,10 +105,10 @@ def _bool(value: str | None) -> bool:
 @router.get("/users/me/calendarList", operation_id="calendar_calendarList_list")
 def calendar_list(
     ctx: CalCtx,
-    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
-    max_results: Annotated[str | None, Query(alias="maxResults")] = None,
+    page_token: Annotated[str | None, Query(alias="pageToken", pattern=PAGE_TOKEN)] = None,
+    max_results: Annotated[int | None, Query(alias="maxResults", ge=1)] = None,
 ) -> dict[str, Any]:
-    return A.calendar_list(ctx, page_token=page_token, max_results=_int(max_results, "maxResults"))
+    return A.calendar_list(ctx, page_token=page_token, max_results=max_results)
 
 
 @router.get("/users/me/calendarList/{calendar_id}", operation_id="calendar_calendarList_get")
@@ -121,7 +116,14 @@ def calendar_list_get(ctx: CalCtx, calendar_id: str) -> dict[str, Any]:
     return A.calendar_list_get(ctx, calendar_id=calendar_id)
 
 
-@router.post("/users/me/calendarList", operation_id="calendar_calendarList_insert")
+_NONEMPTY = {"type": "string", "minLength": 1}
+
+
+@router.post(
+    "/users/me/calendarList",
+    operation_id="calendar_calendarList_insert",
+    openapi_extra=json_body_doc({"id": _NONEMPTY}),
+)
 def calendar_list_insert(ctx: CalCtx, body: Body) -> dict[str, Any]:
     cid = body.get("id")
     if not isinstance(cid, str) or not cid:
@@ -139,11 +141,19 @@ def calendar_list_delete(ctx: CalCtx, calendar_id: str) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/calendars", operation_id="calendar_calendars_insert")
+@router.post(
+    "/calendars",
+    operation_id="calendar_calendars_insert",
+    openapi_extra=json_body_doc({"summary": _NONEMPTY}),
+    responses=rejects("`Invalid time zone`: a `timeZone` that names no IANA zone"),
+)
 def insert_calendar(ctx: CalCtx, body: Body) -> dict[str, Any]:
+    summary = body.get("summary")
+    if not isinstance(summary, str):
+        raise bad_request("Missing title.", "required")
     return A.insert_calendar(
         ctx,
-        summary=str(body.get("summary") or ""),
+        summary=summary,
         description=str(body.get("description") or ""),
         time_zone=body.get("timeZone"),
     )
@@ -179,15 +189,15 @@ def delete_calendar(ctx: CalCtx, calendar_id: str) -> Response:
 def list_events(
     ctx: CalCtx,
     calendar_id: str,
-    time_min: Annotated[str | None, Query(alias="timeMin")] = None,
-    time_max: Annotated[str | None, Query(alias="timeMax")] = None,
+    time_min: Annotated[str | None, Query(alias="timeMin", json_schema_extra=RFC3339)] = None,
+    time_max: Annotated[str | None, Query(alias="timeMax", json_schema_extra=RFC3339)] = None,
     q: str | None = None,
     single_events: Annotated[str | None, Query(alias="singleEvents")] = None,
     order_by: Annotated[str | None, Query(alias="orderBy")] = None,
-    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
-    max_results: Annotated[str | None, Query(alias="maxResults")] = None,
+    page_token: Annotated[str | None, Query(alias="pageToken", pattern=PAGE_TOKEN)] = None,
+    max_results: Annotated[int | None, Query(alias="maxResults", ge=1)] = None,
     show_deleted: Annotated[str | None, Query(alias="showDeleted")] = None,
-    updated_min: Annotated[str | None, Query(alias="updatedMin")] = None,
+    updated_min: Annotated[str | None, Query(alias="updatedMin", json_schema_extra=RFC3339)] = None,
 ) -> dict[str, Any]:
     return A.list_events(
         ctx,
@@ -198,7 +208,7 @@ def list_events(
         single_events=_bool(single_events),
         order_by=order_by,
         page_token=page_token,
-        max_results=_int(max_results, "maxResults"),
+        max_results=max_results,
         show_deleted=_bool(show_deleted),
         updated_min=updated_min,
     )
@@ -226,10 +236,10 @@ def event_instances(
     ctx: CalCtx,
     calendar_id: str,
     event_id: str,
-    time_min: Annotated[str | None, Query(alias="timeMin")] = None,
-    time_max: Annotated[str | None, Query(alias="timeMax")] = None,
-    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
-    max_results: Annotated[str | None, Query(alias="maxResults")] = None,
+    time_min: Annotated[str | None, Query(alias="timeMin", json_schema_extra=RFC3339)] = None,
+    time_max: Annotated[str | None, Query(alias="timeMax", json_schema_extra=RFC3339)] = None,
+    page_token: Annotated[str | None, Query(alias="pageToken", pattern=PAGE_TOKEN)] = None,
+    max_results: Annotated[int | None, Query(alias="maxResults", ge=1)] = None,
 ) -> dict[str, Any]:
     return A.event_instances(
         ctx,
@@ -238,7 +248,7 @@ def event_instances(
         time_min=time_min,
         time_max=time_max,
         page_token=page_token,
-        max_results=_int(max_results, "maxResults"),
+        max_results=max_results,
     )
 
 
@@ -288,14 +298,29 @@ def move_event(
     ctx: CalCtx,
     calendar_id: str,
     event_id: str,
-    destination: Annotated[str | None, Query()] = None,
+    destination: Annotated[str, Query(min_length=1)],
 ) -> dict[str, Any]:
-    if not destination:
-        raise bad_request("Required parameter: destination", "required")
     return A.move_event(ctx, calendar_id=calendar_id, event_id=event_id, destination=destination)
 
 
-@router.post("/freeBusy", operation_id="calendar_freebusy_query")
+@router.post(
+    "/freeBusy",
+    operation_id="calendar_freebusy_query",
+    openapi_extra=json_body_doc(
+        {
+            "timeMin": {"type": "string", "format": "date-time"},
+            "timeMax": {"type": "string", "format": "date-time"},
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "required": ["id"], "properties": {"id": _NONEMPTY}},
+            },
+        }
+    ),
+    responses=rejects(
+        "`timeRangeEmpty`: `timeMax` not after `timeMin`; `Invalid time zone`: a `timeZone` "
+        "naming no IANA zone; `Bad Request`: a time outside what RFC 3339 parsers read"
+    ),
+)
 def free_busy(ctx: CalCtx, body: Body) -> dict[str, Any]:
     return A.free_busy(
         ctx,

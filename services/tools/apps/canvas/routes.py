@@ -27,7 +27,7 @@ from services.tools.apps.canvas import actions as A
 from services.tools.apps.canvas import comms as C
 from services.tools.apps.canvas import coursework as W
 from services.tools.apps.canvas.actions import CanvasError
-from services.tools.context import WorldCtx
+from services.tools.context import WorldCtx, json_body_doc, rejects
 from services.tools.serial import is_http_read, world_route
 from shared.errors import APIError
 
@@ -260,6 +260,21 @@ def enrollments(ctx: WorldCtx, request: Request, course_id: str, args: Params) -
     return paged(request, args, A.list_enrollments(ctx, course_id))
 
 
+# What ``Args.text`` takes for a text argument (a JSON scalar; ``null`` is a missing one).
+TEXT = {"type": ["string", "number", "boolean"]}
+
+
+def _within(name: str, *fields: str) -> dict[str, Any]:
+    """A nested argument (``assignment[name]``, sent as JSON ``{"assignment": {...}}``)."""
+    return {
+        name: {
+            "type": "object",
+            "required": list(fields),
+            "properties": dict.fromkeys(fields, TEXT),
+        }
+    }
+
+
 # -- modules -----------------------------------------------------------------------------------
 
 
@@ -268,7 +283,12 @@ def modules(ctx: WorldCtx, request: Request, course_id: str, args: Params) -> JS
     return paged(request, args, W.list_modules(ctx, course_id))
 
 
-@router.post("/courses/{course_id}/modules", operation_id="canvas_createModule")
+@router.post(
+    "/courses/{course_id}/modules",
+    operation_id="canvas_createModule",
+    openapi_extra=json_body_doc(_within("module", "name")),
+    responses=rejects("`module[name] is required`: a blank name"),
+)
 def create_module(ctx: WorldCtx, course_id: str, args: Params) -> dict[str, Any]:
     return W.create_module(ctx, course_id, args.text("module", "name", required=True) or "")
 
@@ -281,7 +301,12 @@ def module_items(
 
 
 @router.post(
-    "/courses/{course_id}/modules/{module_id}/items", operation_id="canvas_createModuleItem"
+    "/courses/{course_id}/modules/{module_id}/items",
+    operation_id="canvas_createModuleItem",
+    openapi_extra=json_body_doc(_within("module_item", "title")),
+    responses=rejects(
+        "a blank `module_item[title]`, a `module_item[type]` Canvas has not, or a `content_id` it needs missing"
+    ),
 )
 def create_module_item(
     ctx: WorldCtx, course_id: str, module_id: str, args: Params
@@ -305,7 +330,14 @@ def assignments(ctx: WorldCtx, request: Request, course_id: str, args: Params) -
     return paged(request, args, W.list_assignments(ctx, course_id))
 
 
-@router.post("/courses/{course_id}/assignments", operation_id="canvas_createAssignment")
+@router.post(
+    "/courses/{course_id}/assignments",
+    operation_id="canvas_createAssignment",
+    openapi_extra=json_body_doc(_within("assignment", "name")),
+    responses=rejects(
+        "a blank `assignment[name]`, unknown `submission_types`, a negative or non-numeric `points_possible`, or a `due_at` that is no ISO 8601 time"
+    ),
+)
 def create_assignment(ctx: WorldCtx, course_id: str, args: Params) -> dict[str, Any]:
     return W.create_assignment(
         ctx,
@@ -336,6 +368,10 @@ def submissions(
 @router.post(
     "/courses/{course_id}/assignments/{assignment_id}/submissions",
     operation_id="canvas_submit",
+    openapi_extra=json_body_doc(_within("submission", "submission_type")),
+    responses=rejects(
+        "a `submission_type` the assignment does not take, or the `body` / `url` it needs missing or malformed"
+    ),
 )
 def submit(ctx: WorldCtx, course_id: str, assignment_id: str, args: Params) -> dict[str, Any]:
     return W.submit(
@@ -390,7 +426,12 @@ def topics(ctx: WorldCtx, request: Request, course_id: str, args: Params) -> JSO
     return paged(request, args, C.list_topics(ctx, course_id, only_announcements=only))
 
 
-@router.post("/courses/{course_id}/discussion_topics", operation_id="canvas_createDiscussionTopic")
+@router.post(
+    "/courses/{course_id}/discussion_topics",
+    operation_id="canvas_createDiscussionTopic",
+    openapi_extra=json_body_doc({"title": TEXT}),
+    responses=rejects("`title is required`: a blank title"),
+)
 def create_topic(ctx: WorldCtx, course_id: str, args: Params) -> dict[str, Any]:
     return C.create_topic(
         ctx,
@@ -409,7 +450,14 @@ def conversations(ctx: WorldCtx, request: Request, args: Params) -> JSONResponse
     return paged(request, args, C.list_conversations(ctx, args.text("scope")))
 
 
-@router.post("/conversations", operation_id="canvas_createConversation")
+@router.post(
+    "/conversations",
+    operation_id="canvas_createConversation",
+    openapi_extra=json_body_doc({"body": TEXT}),
+    responses=rejects(
+        "a blank `body`, no `recipients` (or only the sender), or a recipient not of the form Canvas takes"
+    ),
+)
 def create_conversation(ctx: WorldCtx, args: Params) -> list[dict[str, Any]]:
     return [
         C.create_conversation(
@@ -426,7 +474,12 @@ def get_conversation(ctx: WorldCtx, conversation_id: str) -> dict[str, Any]:
     return C.get_conversation(ctx, conversation_id)
 
 
-@router.post("/conversations/{conversation_id}/add_message", operation_id="canvas_addMessage")
+@router.post(
+    "/conversations/{conversation_id}/add_message",
+    operation_id="canvas_addMessage",
+    openapi_extra=json_body_doc({"body": TEXT}),
+    responses=rejects("a blank `body`, or an author not in the conversation"),
+)
 def add_message(ctx: WorldCtx, conversation_id: str, args: Params) -> dict[str, Any]:
     return C.add_message(ctx, conversation_id, args.text("body", required=True) or "")
 
@@ -442,7 +495,14 @@ def calendar_events(ctx: WorldCtx, request: Request, args: Params) -> JSONRespon
     return paged(request, args, events)
 
 
-@router.post("/calendar_events", operation_id="canvas_createCalendarEvent")
+@router.post(
+    "/calendar_events",
+    operation_id="canvas_createCalendarEvent",
+    openapi_extra=json_body_doc(_within("calendar_event", "context_code", "title", "start_at")),
+    responses=rejects(
+        "a `context_code` other than `course_<id>` / `user_<your id>`, a blank `title`, a `start_at` / `end_at` that is no ISO 8601 time, or an `end_at` before `start_at`"
+    ),
+)
 def create_calendar_event(ctx: WorldCtx, args: Params) -> dict[str, Any]:
     return C.create_calendar_event(
         ctx,

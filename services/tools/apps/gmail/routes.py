@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.tools.apps.gmail import actions as gm
 from services.tools.apps.gmail import mime
 from services.tools.apps.gmail.actions import GmailError
-from services.tools.context import WorldContext, WorldCtx, WorldCtxByToken, WorldRoute
+from services.tools.context import WorldContext, WorldCtx, WorldCtxByToken, WorldRoute, rejects
 
 PREFIX = "/worlds/{world_id}/gmail/v1/users/{userId}"
 router = APIRouter(prefix=PREFIX, tags=["gmail"], route_class=WorldRoute)
@@ -72,6 +72,12 @@ class MessageIn(BaseModel):
     labelIds: list[str] | None = Field(None, max_length=100)
 
 
+class RawMessageIn(MessageIn):
+    """A message given whole (``send``, ``insert``, ``import``): ``raw`` is required."""
+
+    raw: str = Field(min_length=1, max_length=MAX_UPLOAD * 2)
+
+
 class ModifyIn(BaseModel):
     model_config = ConfigDict(extra="allow")
     addLabelIds: list[str] = Field(default_factory=list, max_length=100)
@@ -102,8 +108,8 @@ class LabelIn(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str | None = Field(None, max_length=64)
     name: str | None = Field(None, max_length=225)
-    messageListVisibility: str | None = Field(None, max_length=32)
-    labelListVisibility: str | None = Field(None, max_length=32)
+    messageListVisibility: Literal["show", "hide"] | None = None
+    labelListVisibility: Literal["labelShow", "labelShowIfUnread", "labelHide"] | None = None
     type: str | None = Field(None, max_length=16)
     color: LabelColor | None = None
 
@@ -116,6 +122,30 @@ class LabelIn(BaseModel):
             for k, v in out.items()
             if k in ("name", "messageListVisibility", "labelListVisibility", "color")
         }
+
+
+class NamedLabelIn(LabelIn):
+    """``labels.create`` and ``labels.update``: the label's name is required."""
+
+    name: str = Field(min_length=1, max_length=225)
+
+
+PAGE_TOKEN_400 = rejects("`Invalid pageToken`: a page token this list did not hand out")
+LABELS_400 = rejects("`Invalid label`: a label id naming no label of the mailbox")
+RAW_400 = rejects("`Invalid value for ByteString`: `raw` does not decode (base64url) to a message")
+SEND_400 = rejects(
+    "`Invalid value for ByteString` or `Recipient address required`: `raw` does not decode "
+    "to a message, or the message names no recipient"
+)
+LABEL_NAME_400 = rejects(
+    "`Invalid label name`: a blank name or a system label's; `Invalid update request`: a "
+    "system label"
+)
+DRAFT_400 = rejects(
+    "`Missing message`, `Missing draft id`, `Invalid value for ByteString` or `Recipient "
+    "address required`: the draft names no message (or no draft), or its message does not "
+    "decode or names no recipient"
+)
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -170,7 +200,7 @@ def get_profile(userId: str, ctx: WorldCtx) -> dict[str, Any]:
 # --- messages ----------------------------------------------------------------------------
 
 
-@router.get("/messages", operation_id="gmail.users.messages.list")
+@router.get("/messages", operation_id="gmail.users.messages.list", responses=PAGE_TOKEN_400)
 def list_messages(
     userId: str,
     ctx: WorldCtx,
@@ -203,17 +233,17 @@ def get_message(
     return gm.message_json(ctx, gm.get_message_row(ctx, id), format, metadataHeaders)
 
 
-@router.post("/messages/send", operation_id="gmail.users.messages.send")
-def send_message(userId: str, body: MessageIn, ctx: WorldCtx) -> dict[str, Any]:
+@router.post("/messages/send", operation_id="gmail.users.messages.send", responses=SEND_400)
+def send_message(userId: str, body: RawMessageIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     msg = gm.send(ctx, _raw(body), thread_id=body.threadId)
     return {"id": msg.id, "threadId": msg.thread_id, "labelIds": list(msg.label_ids)}
 
 
-@router.post("/messages", operation_id="gmail.users.messages.insert")
+@router.post("/messages", operation_id="gmail.users.messages.insert", responses=RAW_400)
 def insert_message(
     userId: str,
-    body: MessageIn,
+    body: RawMessageIn,
     ctx: WorldCtx,
     internalDateSource: Literal["receivedTime", "dateHeader"] = "receivedTime",
     deleted: bool = False,
@@ -223,10 +253,10 @@ def insert_message(
     return {"id": msg.id, "threadId": msg.thread_id, "labelIds": list(msg.label_ids)}
 
 
-@router.post("/messages/import", operation_id="gmail.users.messages.import")
+@router.post("/messages/import", operation_id="gmail.users.messages.import", responses=RAW_400)
 def import_message(
     userId: str,
-    body: MessageIn,
+    body: RawMessageIn,
     ctx: WorldCtx,
     internalDateSource: Literal["receivedTime", "dateHeader"] = "dateHeader",
     neverMarkSpam: bool = False,
@@ -247,7 +277,10 @@ def import_message(
 
 
 @router.post(
-    "/messages/batchModify", status_code=204, operation_id="gmail.users.messages.batchModify"
+    "/messages/batchModify",
+    status_code=204,
+    operation_id="gmail.users.messages.batchModify",
+    responses=LABELS_400,
 )
 def batch_modify(userId: str, body: BatchModifyIn, ctx: WorldCtx) -> Response:
     _user(ctx, userId)
@@ -264,7 +297,9 @@ def batch_delete(userId: str, body: BatchDeleteIn, ctx: WorldCtx) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/messages/{id}/modify", operation_id="gmail.users.messages.modify")
+@router.post(
+    "/messages/{id}/modify", operation_id="gmail.users.messages.modify", responses=LABELS_400
+)
 def modify_message(userId: str, id: str, body: ModifyIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     msg = gm.modify(ctx, id, body.addLabelIds, body.removeLabelIds)
@@ -301,7 +336,7 @@ def get_attachment(userId: str, messageId: str, id: str, ctx: WorldCtx) -> dict[
 # --- threads -----------------------------------------------------------------------------
 
 
-@router.get("/threads", operation_id="gmail.users.threads.list")
+@router.get("/threads", operation_id="gmail.users.threads.list", responses=PAGE_TOKEN_400)
 def list_threads(
     userId: str,
     ctx: WorldCtx,
@@ -338,7 +373,9 @@ def _thread_min(ctx: WorldContext, thread_id: str) -> dict[str, Any]:
     return gm.thread_json(ctx, thread_id, "minimal")
 
 
-@router.post("/threads/{id}/modify", operation_id="gmail.users.threads.modify")
+@router.post(
+    "/threads/{id}/modify", operation_id="gmail.users.threads.modify", responses=LABELS_400
+)
 def modify_thread(userId: str, id: str, body: ModifyIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     gm.modify_thread(ctx, id, body.addLabelIds, body.removeLabelIds)
@@ -369,7 +406,7 @@ def delete_thread(userId: str, id: str, ctx: WorldCtx) -> Response:
 # --- drafts ------------------------------------------------------------------------------
 
 
-@router.get("/drafts", operation_id="gmail.users.drafts.list")
+@router.get("/drafts", operation_id="gmail.users.drafts.list", responses=PAGE_TOKEN_400)
 def list_drafts(
     userId: str,
     ctx: WorldCtx,
@@ -389,14 +426,14 @@ def list_drafts(
     return out
 
 
-@router.post("/drafts", operation_id="gmail.users.drafts.create")
+@router.post("/drafts", operation_id="gmail.users.drafts.create", responses=DRAFT_400)
 def create_draft(userId: str, body: DraftIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     d = gm.create_draft(ctx, _raw(body.message), body.message.threadId if body.message else None)
     return gm.draft_json(ctx, d)
 
 
-@router.post("/drafts/send", operation_id="gmail.users.drafts.send")
+@router.post("/drafts/send", operation_id="gmail.users.drafts.send", responses=DRAFT_400)
 def send_draft(userId: str, body: DraftIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     if not body.id:
@@ -412,7 +449,7 @@ def get_draft(userId: str, id: str, ctx: WorldCtx, format: Format = "full") -> d
     return gm.draft_json(ctx, gm.get_draft_row(ctx, id), format)
 
 
-@router.put("/drafts/{id}", operation_id="gmail.users.drafts.update")
+@router.put("/drafts/{id}", operation_id="gmail.users.drafts.update", responses=DRAFT_400)
 def update_draft(userId: str, id: str, body: DraftIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     gm.get_draft_row(ctx, id)
@@ -438,8 +475,8 @@ def list_labels(userId: str, ctx: WorldCtx) -> dict[str, Any]:
     return {"labels": gm.list_labels(ctx)}
 
 
-@router.post("/labels", operation_id="gmail.users.labels.create")
-def create_label(userId: str, body: LabelIn, ctx: WorldCtx) -> dict[str, Any]:
+@router.post("/labels", operation_id="gmail.users.labels.create", responses=LABEL_NAME_400)
+def create_label(userId: str, body: NamedLabelIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     return gm.create_label(ctx, body.fields())
 
@@ -450,13 +487,13 @@ def get_label(userId: str, id: str, ctx: WorldCtx) -> dict[str, Any]:
     return gm.label_json(ctx, id, counts=True)
 
 
-@router.put("/labels/{id}", operation_id="gmail.users.labels.update")
-def update_label(userId: str, id: str, body: LabelIn, ctx: WorldCtx) -> dict[str, Any]:
+@router.put("/labels/{id}", operation_id="gmail.users.labels.update", responses=LABEL_NAME_400)
+def update_label(userId: str, id: str, body: NamedLabelIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     return gm.update_label(ctx, id, body.fields(), patch=False)
 
 
-@router.patch("/labels/{id}", operation_id="gmail.users.labels.patch")
+@router.patch("/labels/{id}", operation_id="gmail.users.labels.patch", responses=LABEL_NAME_400)
 def patch_label(userId: str, id: str, body: LabelIn, ctx: WorldCtx) -> dict[str, Any]:
     _user(ctx, userId)
     return gm.update_label(ctx, id, body.fields(), patch=True)
@@ -472,7 +509,7 @@ def delete_label(userId: str, id: str, ctx: WorldCtx) -> Response:
 # --- history -----------------------------------------------------------------------------
 
 
-@router.get("/history", operation_id="gmail.users.history.list")
+@router.get("/history", operation_id="gmail.users.history.list", responses=PAGE_TOKEN_400)
 def list_history(
     userId: str,
     ctx: WorldCtx,

@@ -63,6 +63,16 @@ def to_notion_error(exc: Exception) -> NotionError:
             return NotionError(401, "unauthorized", f"API token is invalid. ({exc.message})")
         return NotionError(exc.status, "invalid_request", exc.message)
     if isinstance(exc, RequestValidationError):
+        if any(
+            e.get("type") == "missing" and tuple(e.get("loc", ())) == ("header", "Notion-Version")
+            for e in exc.errors()
+        ):
+            return NotionError(
+                400,
+                "missing_version",
+                "Notion-Version header failed validation: Notion-Version header should be "
+                "defined, instead was `undefined`.",
+            )
         parts = [
             f"{'.'.join(str(p) for p in e.get('loc', ()))} {e.get('msg', 'is invalid')}"
             for e in exc.errors()[:3]

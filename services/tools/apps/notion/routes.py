@@ -15,28 +15,32 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from services.tools.apps.notion import actions as A
 from services.tools.apps.notion.errors import NotionError, NotionRoute, to_notion_error, validation
-from services.tools.context import WorldContext, WorldCtx
+from services.tools.context import WorldContext, WorldCtx, json_body_doc, rejects
 
 router = APIRouter(prefix="/worlds/{world_id}/notion/v1", tags=["notion"], route_class=NotionRoute)
 
 
-def notion_context(ctx: WorldCtx, request: Request) -> WorldContext:
-    """Check ``Notion-Version`` and keep the context on the request (for rollback on errors)."""
+def notion_context(
+    ctx: WorldCtx,
+    request: Request,
+    version: Annotated[
+        str,
+        Header(
+            alias="Notion-Version",
+            description="The API version; a missing header answers `missing_version`.",
+            json_schema_extra={"enum": list(A.VERSIONS)},
+        ),
+    ],
+) -> WorldContext:
+    """Check ``Notion-Version`` (declared, so the OpenAPI document requires the header) and
+    keep the context on the request (for rollback on errors)."""
     request.state.world_ctx = ctx
-    version = request.headers.get("Notion-Version")
-    if not version:
-        raise NotionError(
-            400,
-            "missing_version",
-            "Notion-Version header failed validation: Notion-Version header should be defined, "
-            "instead was `undefined`.",
-        )
     if version not in A.VERSIONS:
         raise validation(
             f"Notion-Version `{version}` is not supported by this mock; send "
@@ -99,6 +103,16 @@ def _page_size(request: Request) -> int | None:
         raise validation("page_size should be a number.") from None
 
 
+OBJECT = {"type": "object"}
+ARRAY = {"type": "array"}
+# Notion validates a body's objects (parents, property values, blocks, rich text) further than
+# the fields declared here: those answer ``validation_error``, as Notion's own API does.
+SHAPE_400 = rejects(
+    "`validation_error`: a parent, property value, block or rich text of a shape Notion "
+    "rejects (or, for the data-source paths, a `Notion-Version` other than 2025-09-03)"
+)
+
+
 # --------------------------------------------------------------------------- search, users
 
 
@@ -135,7 +149,12 @@ def get_user(ctx: NotionCtx, user_id: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- pages
 
 
-@router.post("/pages", operation_id="notion_createPage")
+@router.post(
+    "/pages",
+    operation_id="notion_createPage",
+    openapi_extra=json_body_doc({"parent": OBJECT}, properties=OBJECT, children=ARRAY),
+    responses=SHAPE_400,
+)
 def create_page(ctx: NotionCtx, body: Body) -> dict[str, Any]:
     return A.create_page(
         ctx,
@@ -181,7 +200,14 @@ def retrieve_page_property(
 # --------------------------------------------------------------------------- databases
 
 
-@router.post("/databases", operation_id="notion_createDatabase")
+@router.post(
+    "/databases",
+    operation_id="notion_createDatabase",
+    openapi_extra=json_body_doc({"parent": OBJECT}, properties=OBJECT, initial_data_source=OBJECT),
+    responses=rejects(
+        "`validation_error`: no `properties` (nor `initial_data_source.properties`), or a parent, title or property schema of a shape Notion rejects"
+    ),
+)
 def create_database(ctx: NotionCtx, body: Body) -> dict[str, Any]:
     properties = body.get("properties")
     initial = body.get("initial_data_source")
@@ -264,7 +290,13 @@ def query_data_source(ctx: NotionCtx, data_source_id: str, body: Body) -> dict[s
     )
 
 
-@router.post("/data_sources", operation_id="notion_createDataSource")
+@router.post(
+    "/data_sources",
+    operation_id="notion_createDataSource",
+    responses=rejects(
+        "`validation_error`, always: this mock keeps one data source per database (create a database instead)"
+    ),
+)
 def create_data_source(ctx: NotionCtx, body: Body) -> dict[str, Any]:
     raise validation("This mock keeps one data source per database; create a database instead.")
 
@@ -297,7 +329,12 @@ def list_children(ctx: NotionCtx, block_id: str, request: Request) -> dict[str, 
     )
 
 
-@router.patch("/blocks/{block_id}/children", operation_id="notion_appendBlockChildren")
+@router.patch(
+    "/blocks/{block_id}/children",
+    operation_id="notion_appendBlockChildren",
+    openapi_extra=json_body_doc({"children": ARRAY}),
+    responses=SHAPE_400,
+)
 def append_children(ctx: NotionCtx, block_id: str, body: Body) -> dict[str, Any]:
     if "children" not in body:
         raise validation("body.children should be defined, instead was `undefined`.")
@@ -309,7 +346,14 @@ def append_children(ctx: NotionCtx, block_id: str, body: Body) -> dict[str, Any]
 # --------------------------------------------------------------------------- comments
 
 
-@router.post("/comments", operation_id="notion_createComment")
+@router.post(
+    "/comments",
+    operation_id="notion_createComment",
+    openapi_extra=json_body_doc({"rich_text": ARRAY}, parent=OBJECT),
+    responses=rejects(
+        "`validation_error`: neither a `parent` nor a `discussion_id`, or rich text of a shape Notion rejects"
+    ),
+)
 def create_comment(ctx: NotionCtx, body: Body) -> dict[str, Any]:
     return A.create_comment(
         ctx,
@@ -320,10 +364,9 @@ def create_comment(ctx: NotionCtx, body: Body) -> dict[str, Any]:
 
 
 @router.get("/comments", operation_id="notion_listComments")
-def list_comments(ctx: NotionCtx, request: Request) -> dict[str, Any]:
-    block_id = request.query_params.get("block_id")
-    if not block_id:
-        raise validation("block_id should be defined, instead was `undefined`.")
+def list_comments(
+    ctx: NotionCtx, request: Request, block_id: Annotated[str, Query(min_length=1)]
+) -> dict[str, Any]:
     return A.list_comments(
         ctx,
         block_id=block_id,
