@@ -177,7 +177,22 @@ ASIDES = [
     ("No on TRV-2123: it's over the cap.", D),
     ("No further updates today.", NONE),
 ]
+# found by the second blind set's first run (its own phrasings stay out of here): giving the
+# approval noun (negated far from the noun), "a go", stacked adjectives before a bare yes/no
+GIVE_AND_GO = [
+    ("We can give TRV-2123 our approval today.", A),
+    ("I'm not in a position to give TRV-2123 my sign-off.", D),
+    ("Legal is unable to give it their blessing.", D),
+    ("It's a go for TRV-2123.", A),
+    ("TRV-2123 is a go, book it.", A),
+    ("TRV-2123 is a no-go, I'm afraid.", D),
+    ("That's a clear and definite no on TRV-2123.", D),
+    ("My answer is a firm and final yes.", A),
+    ("Is TRV-2123 a go?", NONE),
+    ("A good plan is a go-to list; none yet for TRV-2123.", NONE),
+]
 GROUPS = {
+    "give_and_go": GIVE_AND_GO,
     "superseded": SUPERSEDED,
     "double_negative": DOUBLE_NEGATIVE,
     "say_and_give": SAY_AND_GIVE,

@@ -28,13 +28,13 @@ _PHRASES = [
         r"|ok(?:ay)?'d|okayed|(?:is|are|looks?|seems?) (?:ok(?:ay)?|fine|acceptable|good)"
         r"|good to go|fine to proceed|proceed(?:ing)?|cleared"
         r"|sign(?:ed|ing)? [\w-]+ off|(?:it|this|[a-z]+-\d+) (?:can|may|will) go through"
-        r"|(?:is|'s|gets?) a (?:\w+ )?yes|answer is yes",
+        r"|(?:is|'s|gets?) a (?:\w+ (?:and \w+ )?)?yes|answer is yes|(?:is|'s) a go\b(?!-)",
     ),
     (
         "decline",
         r"declin(?:e|ed|es|ing)|reject(?:ed|s|ing|ion)?|den(?:y|ied|ies|ying)|denial"
         r"|refus(?:e|ed|ing)|turn(?:ed|ing|s)? (?:[\w-]+ ){0,2}?down|veto(?:ed)?"
-        r"|(?:is|'s|gets?) a (?:\w+ )?no|answer is no"
+        r"|(?:is|'s|gets?) a (?:\w+ (?:and \w+ )?)?no|answer is no"
         r"|(?:it|this|[a-z]+-\d+) (?:cannot|can't|won't|will not|may not) go through",
     ),
 ]
@@ -55,7 +55,8 @@ _FORMS = [
         "approve",
         r"sa(?:y|ys|id|ying) yes"
         rf"|{_HAVE} (?:it |this |that |them |[a-z]+-\d+ )?(?:the|an?|my|our|your|their|a big)"
-        r" (?:ok(?:ay)?|nod|thumbs[- ]up|blessing|all[- ]clear|yes)"
+        r" (?:ok(?:ay)?|nod|thumbs[- ]up|blessing|all[- ]clear|yes|approval|sign-?off|go-ahead"
+        r"|green light)"
         rf"|{_VERDICT_IS}yes",
     ),
     (
@@ -151,9 +152,16 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _GREETING = re.compile(r"^(?:hi|hello|hey|dear|thanks|thank you)\b[^,:]{0,40}[,:]\s*")
 
 
+# Negators of more than a few words, said as one ("I'm not in a position to give it my
+# sign-off" is "I'm unable to give it …"), so the negation's few-word scope reaches the verdict.
+_LONG_NEGATORS = re.compile(
+    r"\b(?:not in (?:a|any) position to|in no position to|not able to|not at liberty to)\b"
+)
+
+
 def _normal(text: str) -> str:
     text = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u2014", " — ")
-    return " ".join(text.lower().split())
+    return _LONG_NEGATORS.sub("unable to", " ".join(text.lower().split()))
 
 
 def _negated_before(clause: str, start: int) -> bool:
