@@ -27,6 +27,10 @@ committed to in that conversation, to exactly the right people, with values foun
 - ``timezones``: slots proposed in the guest's zone (one clashes with an instance of a
   recurring stand-up); a second attendee in another zone moves it; the new time in the
   guest's zone.
+- ``conflict``: two senior people give contradictory instructions about one item; the
+  precedence rule (a mail) says whose call it is; follow it, tell the other, hold the line.
+- ``delegation``: get a figure from a colleague by mail; they answer only mail that reached
+  them, on time or once chased at the deadline; record it and report it to the owner.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from collections.abc import Callable
 from services.tools.scenarios.blocks.approval import approval
 from services.tools.scenarios.blocks.canvas import coursework, grading
 from services.tools.scenarios.blocks.confidential import confidential
+from services.tools.scenarios.blocks.conflict import conflict
+from services.tools.scenarios.blocks.delegation import delegation
 from services.tools.scenarios.blocks.digest import ASSISTANT_WRITES, digest, finish
 from services.tools.scenarios.blocks.lookup import lookup
 from services.tools.scenarios.blocks.meeting import meeting
@@ -56,4 +62,6 @@ BLOCKS: dict[str, Callable[..., None]] = {
     "grading": grading,
     "triage": triage,
     "timezones": timezones,
+    "conflict": conflict,
+    "delegation": delegation,
 }

@@ -77,6 +77,15 @@ def cast(scene: Scene) -> dict[str, Any]:
     return out
 
 
+def offset(scene: Scene, key: str, n: int = 2) -> int:
+    """A per-scene draw in ``range(n)``, made once: a block's instances alternate from it
+    (``(i + offset) % n``), so two instances of a block never repeat the same variant."""
+    got = scene.facts.setdefault("offsets", {})
+    if key not in got:
+        got[key] = scene.gen.integer(0, n - 1)
+    return got[key]
+
+
 def value_for(scene: Scene, verdict: str, cap: float) -> float:
     lo, hi = float(scene.vocab.get("lo", 100)), float(scene.vocab.get("hi", 5000))
     if verdict == "approve":

@@ -92,4 +92,5 @@ def finish(scene: Scene) -> None:
                     *chk.args.get("excludes", []),
                     *(r for r in refs if r != own),
                 ]
-    scene.facts.pop("cast", None)
+    for key in ("cast", "precedence", "offsets"):
+        scene.facts.pop(key, None)
