@@ -73,6 +73,7 @@ ASSISTANT_WRITES: dict[str, list[str]] = {
     "calendar_events": ["insert", "update"],
     "calendar_meta": ["update"],
     "notion_pages": ["insert", "update"],
+    "notion_blocks": ["insert", "update"],  # a drafted page's content
     "notion_meta": ["update"],
     "canvas_objects": ["insert", "update"],  # submissions, grades, messages, events
     "canvas_meta": ["update"],
