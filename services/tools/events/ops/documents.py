@@ -80,7 +80,8 @@ def page_blocks(ctx: WorldContext, page_id: str) -> list[tuple[str, str]]:
     return out
 
 
-def _words(text: str) -> int:
+def word_count(text: str) -> int:
+    """Words as the word limit counts them (figures like "$1,200.00" are one word)."""
     return len(re.findall(r"[0-9A-Za-z$€£][^\s]*", text))
 
 
@@ -128,7 +129,7 @@ def page(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     present = [s for s in order if s in want]
     if not missing and present != want:
         why.append(f"sections in the order {present}, want {want}")
-    words = _words(text)
+    words = word_count(text)
     if args.get("max_words") is not None and words > int(args["max_words"]):
         why.append(f"{words} words, over the limit of {args['max_words']}")
     if words < int(args.get("min_words", 1)):

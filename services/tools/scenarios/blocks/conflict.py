@@ -70,6 +70,13 @@ def conflict(scene: Scene, i: int) -> None:
     what = "priority" if field == "Priority" else "due day"
     d = i % max(1, scene.spec.days - 3)
     b = f"conflict-{i}"
+    scene.facts.setdefault("conflicts", {})[b] = {
+        "item": item,
+        "field": field,
+        "right": v_win,
+        "overridden": v_lose,
+        "first_is_right": first_is_winner,
+    }
     m1 = scene.msgid(f"{b}-first")
     subject = f"{item}: {what}"
 
