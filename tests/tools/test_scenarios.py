@@ -51,7 +51,8 @@ def test_library_covers_the_domains() -> None:
 
 def test_library_templates() -> None:
     """>= 16 scenarios with >= 8 distinct templates (block mixes), two of them on Canvas;
-    the new block kinds (triage, time zones) each in several scenarios."""
+    the newer block kinds each in several scenarios: triage and time zones in >= 3,
+    conflicting instructions, delegation, the recurring report and drafting in >= 2."""
     from services.tools.scenarios.docs import template
 
     templates = {n: template(n) for n in LIBRARY}
@@ -60,6 +61,10 @@ def test_library_templates() -> None:
     assert sum("canvas" in instance(n, 0).apps for n in LIBRARY) >= 2
     for kind in ("triage", "timezones"):
         assert sum(kind in t for t in templates.values()) >= 3, kind
+    uses = {n: {b.block for b in SCENARIOS[n].spec.blocks} for n in LIBRARY}
+    for kind in ("conflict", "delegation", "report", "drafting"):
+        having = {templates[n] for n in LIBRARY if kind in uses[n]}
+        assert len(having) >= 2, (kind, having)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

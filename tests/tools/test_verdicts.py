@@ -218,3 +218,36 @@ def test_the_groups_are_forty_new_cases() -> None:
 def test_the_groups_read_as_meant_in_every_frame(text: str, want: set[str]) -> None:
     wrong = [f for f in FRAMES if verdicts(f.format(v=text)) != want]
     assert not wrong, (text, sorted(verdicts(text)), wrong)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # a subject line is context: "sign-off" / "approval" there decides nothing
+        ("Re: sign-off needed for EXP-1234\nThanks, I will look at it today.", set()),
+        ("RE: Approval for EXP-1234\nNo, EXP-1234 is over the cap.", {"decline"}),
+        ("Fwd: sign-off needed for EXP-1234\nFor your records.", set()),
+        ("Subject: Re: sign-off needed for EXP-1234\n\nNoted, thanks.", set()),
+        # the body still decides
+        ("Re: sign-off needed for EXP-1234\nEXP-1234 is signed off.", {"approve"}),
+        ("Re: sign-off needed for EXP-1234\nI can't sign off EXP-1234.", {"decline"}),
+    ],
+)
+def test_a_subject_line_is_context_not_a_verdict(text: str, want: set[str]) -> None:
+    assert verdicts(text) == want
+
+
+def test_a_mail_statement_is_judged_on_its_body() -> None:
+    """``say.reply`` reads a sent mail's body for its verdict: its subject (the statement's
+    first line, whatever its prefix) is context."""
+    from datetime import UTC, datetime
+
+    from services.tools.events.ops.say import Statement, decided
+
+    def mail(text: str) -> Statement:
+        return Statement("gmail", "t", 1, datetime.now(UTC), {"a@b.test"}, text, [])
+
+    assert decided(mail("Sign-off needed for EXP-1234\nThanks, on it.")) == set()
+    assert decided(mail("Sign-off needed for EXP-1234\nEXP-1234 is signed off.")) == {"approve"}
+    slack = Statement("slack", "c", 2, datetime.now(UTC), {"a@b.test"}, "Approved.", [], "x")
+    assert decided(slack) == {"approve"}

@@ -7,7 +7,8 @@ this", "I won't be approving this", "I would not go ahead", "not granted"), or a
 after it ("approval isn't possible"). A bare answer opens a sentence: "Yes, …" / "Confirmed:
 …" approve and "No, LV-3011 exceeds …" declines, when the sentence decides nothing else. A
 question, or a clause that only supposes ("if it were under budget I would approve"),
-decides nothing; asking back is its own verdict. :func:`verdicts` returns every verdict a
+decides nothing; asking back is its own verdict; so does a mail's subject line ("Re: sign-off
+needed for EXP-1234" is context). :func:`verdicts` returns every verdict a
 text expresses, so "approved … declined" yields both and a checker can fail the
 contradiction.
 """
@@ -149,6 +150,10 @@ _ASK = re.compile(
     r"|context)\b|\bbefore i (?:can )?(?:decide|approve|sign off)\b"
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+# A mail's subject line ("Re: sign-off needed for EXP-1234"): context, never a decision.
+_SUBJECT = re.compile(
+    r"^\s*(?:subject:\s*)?(?:(?:re|fwd?|aw|sv)(?:\[\d+\])?:\s*)+|^\s*subject:", re.I
+)
 _GREETING = re.compile(r"^(?:hi|hello|hey|dear|thanks|thank you)\b[^,:]{0,40}[,:]\s*")
 
 
@@ -227,8 +232,10 @@ def verdicts(text: str) -> set[str]:
     out: set[str] = set()
     if _ASK.search(low):
         out.add("ask")
-    # lines first: a mail's subject line ("Re: ...") is not the start of its first sentence
-    for sentence in (x for line in text.splitlines() for x in _SENTENCE.findall(_normal(line))):
+    # lines first: a mail's subject line ("Re: ...") is not the start of its first sentence,
+    # and decides nothing itself ("Re: sign-off needed for EXP-1234" is what it is about)
+    lines = [line for line in text.splitlines() if not _SUBJECT.match(line)]
+    for sentence in (x for line in lines for x in _SENTENCE.findall(_normal(line))):
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?"):
             continue  # a question decides nothing

@@ -3,8 +3,8 @@
 Its steps are MCP tool calls (the same tools an agent gets from ``/worlds/{id}/mcp``), taken
 as each event fires. In a scenario instance the ids are symbolic; :func:`resolve` finds them
 in the live world with read-only tools (``{"$msg": Message-ID}`` → the Gmail id, ``{"$dm":
-email}`` → the DM channel, ``{"$db": title}``, ``{"$page": [db, title]}``, ``{"$event":
-summary}``, Canvas's ``{"$canvas_course": code}`` and kin). :func:`run_oracle` returns the concrete plan it executed — a list of
+email}`` → the DM channel, ``{"$db": title}``, ``{"$page": [db, title]}``, ``{"$notion_page":
+title}`` (a page outside databases), ``{"$event": summary}``, Canvas's ``{"$canvas_course": code}`` and kin). :func:`run_oracle` returns the concrete plan it executed — a list of
 :class:`~shared.contracts.tools.OracleStep` (simulated time, tool name, arguments) that a
 harness can replay against a fresh world of the same scenario and seed, with the same result
 (worlds are deterministic). ``GET /scenarios/{name}/oracle?seed=`` serves that plan.
@@ -60,6 +60,18 @@ def _lookup(driver: Driver, key: str, arg: Any) -> str:
         )["results"]
         if rows:
             return rows[0]["id"]
+    elif key == "$notion_page":  # a page (not a database row) by its exact title
+        hits = driver.call(
+            "API-post-search", {"query": arg, "filter": {"property": "object", "value": "page"}}
+        )["results"]
+        for hit in hits:
+            if hit.get("parent", {}).get("type") == "database_id":
+                continue
+            for prop in hit.get("properties", {}).values():
+                if prop.get("type") == "title":
+                    title = "".join(t.get("plain_text", "") for t in prop.get("title", []))
+                    if title.strip() == arg:
+                        return hit["id"]
     elif key == "$event":
         items = driver.call("search-events", {"query": arg})["items"]
         if items:

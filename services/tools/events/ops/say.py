@@ -129,6 +129,13 @@ def conversation(ctx: WorldContext, args: dict[str, Any]) -> list[Statement] | N
     return said
 
 
+def decided(st: Statement) -> set[str]:
+    """The verdicts a statement commits to: a sent mail's by its body (its first line is the
+    subject, which says what the mail is about, not what it decides)."""
+    text = st.text.split("\n", 1)[1] if st.app == "gmail" and "\n" in st.text else st.text
+    return verdicts(text)
+
+
 @predicate("say.reply")
 def reply(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     """The agent answered in one conversation (see :func:`conversation`) and committed:
@@ -154,10 +161,10 @@ def reply(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
         if wrong:
             why.append(f"audience {wrong[:3]} is not exactly {sorted(want)}")
     if args.get("verdict"):
-        found = set().union(*(verdicts(s.text) for s in said)) if said else set()
+        found = set().union(*(decided(s) for s in said)) if said else set()
         if found != {args["verdict"]}:
             why.append(f"verdicts {sorted(found)} are not exactly [{args['verdict']}]")
-    committed = [s for s in said if verdicts(s.text)] if args.get("verdict") else said
+    committed = [s for s in said if decided(s)] if args.get("verdict") else said
     if committed:
         last = committed[-1].text
         missing = [v for v in lower_all(args.get("contains")) if not has(last, v)]

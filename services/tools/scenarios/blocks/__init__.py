@@ -27,6 +27,14 @@ committed to in that conversation, to exactly the right people, with values foun
 - ``timezones``: slots proposed in the guest's zone (one clashes with an instance of a
   recurring stand-up); a second attendee in another zone moves it; the new time in the
   guest's zone.
+- ``conflict``: two senior people give contradictory instructions about one item; the
+  precedence rule (a mail) says whose call it is; follow it, tell the other, hold the line.
+- ``delegation``: get a figure from a colleague by mail; they answer only mail that reached
+  them, on time or once chased at the deadline; record it and report it to the owner.
+- ``report``: a recurring morning report from Notion, Calendar and Gmail figures, posted to
+  the team channel and checked against the figures the world holds; a Notion correction.
+- ``drafting``: a Notion page drafted against stated requirements (sections in order, a word
+  limit, figures to mention, a deadline), then revised (a section added, a tighter limit).
 """
 
 from __future__ import annotations
@@ -36,9 +44,13 @@ from collections.abc import Callable
 from services.tools.scenarios.blocks.approval import approval
 from services.tools.scenarios.blocks.canvas import coursework, grading
 from services.tools.scenarios.blocks.confidential import confidential
+from services.tools.scenarios.blocks.conflict import conflict
+from services.tools.scenarios.blocks.delegation import delegation
 from services.tools.scenarios.blocks.digest import ASSISTANT_WRITES, digest, finish
+from services.tools.scenarios.blocks.drafting import drafting
 from services.tools.scenarios.blocks.lookup import lookup
 from services.tools.scenarios.blocks.meeting import meeting
+from services.tools.scenarios.blocks.report import report
 from services.tools.scenarios.blocks.timezones import timezones
 from services.tools.scenarios.blocks.tracker import tracker
 from services.tools.scenarios.blocks.triage import triage
@@ -56,4 +68,8 @@ BLOCKS: dict[str, Callable[..., None]] = {
     "grading": grading,
     "triage": triage,
     "timezones": timezones,
+    "conflict": conflict,
+    "delegation": delegation,
+    "report": report,
+    "drafting": drafting,
 }

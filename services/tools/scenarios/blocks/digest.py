@@ -73,6 +73,7 @@ ASSISTANT_WRITES: dict[str, list[str]] = {
     "calendar_events": ["insert", "update"],
     "calendar_meta": ["update"],
     "notion_pages": ["insert", "update"],
+    "notion_blocks": ["insert", "update"],  # a drafted page's content
     "notion_meta": ["update"],
     "canvas_objects": ["insert", "update"],  # submissions, grades, messages, events
     "canvas_meta": ["update"],
@@ -92,4 +93,5 @@ def finish(scene: Scene) -> None:
                     *chk.args.get("excludes", []),
                     *(r for r in refs if r != own),
                 ]
-    scene.facts.pop("cast", None)
+    for key in ("cast", "precedence", "offsets"):
+        scene.facts.pop(key, None)

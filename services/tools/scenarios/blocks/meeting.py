@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
-from services.tools.scenarios.dsl import Scene, legacy
+from services.tools.scenarios.blocks.common import create_event_step, update_event_step
+from services.tools.scenarios.dsl import Scene
 from services.tools.scenarios.generator import day_name
 from shared.contracts.tools import Check, Person, Trigger
 
@@ -53,7 +53,7 @@ def meeting(scene: Scene, i: int) -> None:
             f"invited {guest.name} at the earliest free slot",
             "no double-booking on the calendar",
         ),
-        steps=[_create(topic, chosen, [guest])],
+        steps=[create_event_step(topic, chosen, [guest])],
         tags=["calendar", "negative"],
     )
     e2 = scene.add(
@@ -82,7 +82,7 @@ def meeting(scene: Scene, i: int) -> None:
             [guest],
             "the meeting moved (one event, at the new time)",
         ),
-        steps=[_update(topic, start=moved)],
+        steps=[update_event_step(topic, start=moved)],
         depends_on=[e1],
         tags=["moving-deadline"],
     )
@@ -110,7 +110,7 @@ def meeting(scene: Scene, i: int) -> None:
                 max_count=1,
             )
         ],
-        steps=[_update(topic, attendees=[guest, colleague])],
+        steps=[update_event_step(topic, attendees=[guest, colleague])],
         depends_on=[e2],
         tags=["calendar"],
     )
@@ -162,42 +162,3 @@ def moved_to(
             max_count=0,
         ),
     ]
-
-
-def _create(topic: str, start: datetime, who: list[Person]) -> dict[str, Any]:
-    end = start + timedelta(minutes=30)
-    return {
-        "tool": "create-event",
-        "args": {
-            "summary": topic,
-            "start": start.isoformat(),
-            "end": end.isoformat(),
-            "attendees": [p.email for p in who],
-        },
-        **legacy(
-            "calendar.insert",
-            event={
-                "summary": topic,
-                "start": {"dateTime": start.isoformat()},
-                "end": {"dateTime": end.isoformat()},
-                "attendees": [{"email": p.email} for p in who],
-            },
-        ),
-    }
-
-
-def _update(
-    topic: str, start: datetime | None = None, attendees: list[Person] | None = None
-) -> dict[str, Any]:
-    args: dict[str, Any] = {"eventId": {"$event": topic}}
-    if start is not None:
-        args |= {"start": start.isoformat(), "end": (start + timedelta(minutes=30)).isoformat()}
-    if attendees is not None:
-        args["attendees"] = [p.email for p in attendees]
-    # the app-level form finds the event by its title, then changes what is given
-    plain = {k: v for k, v in args.items() if k != "eventId"}
-    return {
-        "tool": "update-event",
-        "args": args,
-        **legacy("calendar.update", summary=topic, **plain),
-    }

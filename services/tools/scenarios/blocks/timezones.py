@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from services.tools.scenarios.blocks.common import first
-from services.tools.scenarios.blocks.meeting import _create, _update, booked, moved_to
+from services.tools.scenarios.blocks.common import create_event_step, first, update_event_step
+from services.tools.scenarios.blocks.meeting import booked, moved_to
 from services.tools.scenarios.dsl import Scene
 from services.tools.scenarios.generator import day_name
 from shared.contracts.tools import Trigger
@@ -94,7 +94,7 @@ def timezones(scene: Scene, i: int) -> None:
             f"invited {guest.name} at the earliest slot free of every instance",
             "no clash with the recurring stand-up or any other event",
         ),
-        steps=[_create(topic, chosen, [guest])],
+        steps=[create_event_step(topic, chosen, [guest])],
         tags=["calendar", "timezones"],
     )
     e2 = scene.add(
@@ -128,7 +128,7 @@ def timezones(scene: Scene, i: int) -> None:
             [guest, remote],
             f"moved to {remote.name}'s time, both invited (one event)",
         ),
-        steps=[_update(topic, start=moved, attendees=[guest, remote])],
+        steps=[update_event_step(topic, start=moved, attendees=[guest, remote])],
         depends_on=[e1],
         tags=["moving-deadline", "timezones"],
     )
