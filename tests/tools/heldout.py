@@ -74,9 +74,12 @@ RULES: list[tuple[re.Pattern[str], list[str]]] = [
 TEXT_FIELDS = ("body", "text", "message")
 
 
-def paraphrase(text: str, rng: random.Random) -> str:
-    """The same statement with each verdict sentence said another way."""
-    for pattern, forms in RULES:
+def paraphrase(
+    text: str, rng: random.Random, rules: list[tuple[re.Pattern[str], list[str]]] | None = None
+) -> str:
+    """The same statement with each verdict sentence said another way (in ``rules``' words:
+    this module's own by default; the other held-out sets pass theirs)."""
+    for pattern, forms in RULES if rules is None else rules:
         text = pattern.sub(
             lambda m, forms=forms: rng.choice(forms).format(ref=m.groupdict().get("ref", "")),
             text,

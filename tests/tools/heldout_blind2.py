@@ -19,6 +19,7 @@ import random
 import re
 
 from tests.tools.heldout import RULES as ORACLE_RULES
+from tests.tools.heldout import paraphrase
 
 # "{ref} is approved:"
 APPROVE = [
@@ -158,9 +159,4 @@ RULES: list[tuple[re.Pattern[str], list[str]]] = [
 
 def paraphrase_blind2(text: str, rng: random.Random) -> str:
     """The same statement with each verdict sentence said another way (from this set)."""
-    for pattern, forms in RULES:
-        text = pattern.sub(
-            lambda m, forms=forms: rng.choice(forms).format(ref=m.groupdict().get("ref", "")),
-            text,
-        )
-    return text
+    return paraphrase(text, rng, RULES)

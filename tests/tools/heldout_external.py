@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 
-from tests.tools.heldout import RULES
+from tests.tools.heldout import RULES, paraphrase
 
 YES = [
     "{ref} is good to go:",
@@ -149,10 +149,4 @@ RULES_EXTERNAL = [
 
 def paraphrase_external(text: str, rng: random.Random) -> str:
     """``text`` with each oracle verdict sentence swapped for one of this set's phrasings."""
-    for pattern, forms in RULES_EXTERNAL:
-
-        def swap(m, forms=forms):  # type: ignore[no-untyped-def]
-            return rng.choice(forms).format(ref=m.groupdict().get("ref") or "")
-
-        text = pattern.sub(swap, text)
-    return text
+    return paraphrase(text, rng, RULES_EXTERNAL)

@@ -1185,7 +1185,7 @@ def _insert_block(
     return block
 
 
-def _children(ctx: WorldContext, parent_id: str) -> list[NotionBlock]:
+def child_blocks(ctx: WorldContext, parent_id: str) -> list[NotionBlock]:
     return list(
         ctx.session.scalars(
             select(NotionBlock)
@@ -1200,9 +1200,9 @@ def _children(ctx: WorldContext, parent_id: str) -> list[NotionBlock]:
 
 
 def block_json(ctx: WorldContext, b: NotionBlock) -> dict[str, Any]:
-    has_children = bool(_children(ctx, b.id)) if b.type not in READ_ONLY_BLOCKS else False
+    has_children = bool(child_blocks(ctx, b.id)) if b.type not in READ_ONLY_BLOCKS else False
     if b.type == "child_page":
-        has_children = bool(_children(ctx, b.id))
+        has_children = bool(child_blocks(ctx, b.id))
     return {
         "object": "block",
         "id": b.id,
@@ -1275,7 +1275,7 @@ def _append(
         if anchor is None or anchor.parent_id != parent_id:
             raise validation(f"body.after should be a child block of {parent_id}.")
         position = anchor.position + 1
-        for sib in _children(ctx, parent_id):
+        for sib in child_blocks(ctx, parent_id):
             if sib.position >= position:
                 sib.position += len(parsed)
     created = []
@@ -1348,7 +1348,7 @@ def list_children(
 ) -> dict[str, Any]:
     workspace(ctx)
     _, parent_id, _ = _container(ctx, block_id)
-    chunk, nxt = _paginate(_children(ctx, parent_id), start_cursor, page_size, lambda b: b.id)
+    chunk, nxt = _paginate(child_blocks(ctx, parent_id), start_cursor, page_size, lambda b: b.id)
     return _list([block_json(ctx, b) for b in chunk], nxt, "block")
 
 
@@ -1370,7 +1370,7 @@ def retrieve_block(ctx: WorldContext, *, block_id: str) -> dict[str, Any]:
         "last_edited_time": _iso(page.last_edited_time),
         "created_by": _user_ref(page.created_by),
         "last_edited_by": _user_ref(page.last_edited_by),
-        "has_children": bool(_children(ctx, page.id)),
+        "has_children": bool(child_blocks(ctx, page.id)),
         "archived": page.archived,
         "in_trash": page.archived,
         "type": "child_page",

@@ -54,21 +54,12 @@ def pages_titled(ctx: WorldContext, title: str) -> list[Any]:
 
 def page_blocks(ctx: WorldContext, page_id: str) -> list[tuple[str, str]]:
     """The page's blocks in reading order, nested ones after their parent: (type, text)."""
-    from services.tools.apps.notion.models import NotionBlock
+    from services.tools.apps.notion.actions import child_blocks
 
     out: list[tuple[str, str]] = []
 
     def walk(parent: str, depth: int) -> None:
-        rows = ctx.session.scalars(
-            select(NotionBlock)
-            .where(
-                NotionBlock.world_id == ctx.world_id,
-                NotionBlock.parent_id == parent,
-                NotionBlock.archived.is_(False),
-            )
-            .order_by(NotionBlock.position, NotionBlock.seq)
-        )
-        for b in rows:
+        for b in child_blocks(ctx, parent):
             content = b.content or {}
             out.append(
                 (b.type, _plain(content.get("rich_text")) if isinstance(content, dict) else "")
