@@ -514,8 +514,11 @@ class DockerRuntime(Runtime):
                     yield out
             done = True
         finally:
-            if not done:  # stopped early (limit, consumer gone): end the cat
+            if not done:  # stopped early (limit, consumer gone): end the cat and its stream
                 _kill_tree(pid, signal_mod.SIGKILL)
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()  # the engine's attach connection, not left for the collector
         code = self.client.api.exec_inspect(ex_id).get("ExitCode")
         if code:
             self._fail(ExecResult(exit_code=code, stderr=err.decode("utf-8", "replace")), p)
