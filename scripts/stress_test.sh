@@ -43,7 +43,7 @@ status=0
 if [ "$e2e" = 1 ]; then
   E2E=1 bash scripts/test.sh "${args[@]}" || status=$?
 else
-  .venv/bin/pytest "${args[@]}" || status=$?
+  E2E=0 bash scripts/test.sh "${args[@]}" || status=$?
 fi
 uptime
 exit "$status"

@@ -9,11 +9,17 @@
 # with every core busy (scripts/stress_test.sh), and e2e publishes only ephemeral loopback ports
 # under its own compose project, so neither sees the other.
 #
+# The suite runs on PYTEST_WORKERS pytest-xdist workers (default 2, one per core of a CI machine;
+# 0 runs it in this process), a whole test file per worker (--dist loadfile) so module fixtures
+# start once. Tests wait on conditions, not fixed sleeps, and use private ports, data dirs and
+# databases, so two files at once see neither each other nor the stack beside them.
+#
 # e2e's output goes to a log that is printed once the suite is done; then each part's time, the
 # whole and e2e's share of it. The exit status is the suite's, or e2e's if the suite passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 E2E=${E2E:-1}
+WORKERS=${PYTEST_WORKERS:-2}
 LOG=${TMPDIR:-/tmp}/k3stack-test-e2e.log
 start=$(date +%s)
 e2e_pid=
@@ -33,7 +39,9 @@ if [[ $E2E != 0 ]]; then
   trap stop_e2e INT TERM
 fi
 
-.venv/bin/pytest "$@"
+opts=(--durations=30)  # the slowest tests, for whoever trims the suite next
+[[ $WORKERS != 0 ]] && opts+=(-n "$WORKERS" --dist loadfile)
+.venv/bin/pytest "${opts[@]}" "$@"
 suite_rc=$?
 suite_end=$(date +%s)
 suite_s=$((suite_end - start))
