@@ -16,6 +16,7 @@ import typer
 import yaml
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from services.orchestrator.harness.config import (
@@ -35,7 +36,10 @@ harness_app = typer.Typer(
 
 
 def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    # unwrapped (a path in it stays whole) and unparsed (a '[x]' in it is text, not markup)
+    Console(stderr=True, soft_wrap=True).print(
+        f"[red]error:[/red] {escape(message)}", highlight=False
+    )
     raise typer.Exit(1)
 
 
@@ -69,7 +73,8 @@ def harness_show(name: str) -> None:
     except (HarnessError, UnknownTools, KeyError) as exc:
         _fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
         return
-    console.print(f"# {where}", style="dim", highlight=False)
+    # soft_wrap: a long path stays one comment line, so the whole output is YAML
+    console.print(f"# {where}", style="dim", highlight=False, soft_wrap=True)
     print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, width=100), end="")
 
 

@@ -160,6 +160,7 @@ def load_harness_path(name: str) -> str:
 def test_cli_new_show_list(tmp_path: Path, monkeypatch) -> None:
     from shared.settings import get_settings
 
+    tmp_path = tmp_path / ("a-data-dir-deeper-than-a-terminal-is-wide-" * 2)  # no wrapped comment
     monkeypatch.setenv("K3STACK_DATA_DIR", str(tmp_path))
     get_settings.cache_clear()
     runner = CliRunner()
@@ -171,7 +172,8 @@ def test_cli_new_show_list(tmp_path: Path, monkeypatch) -> None:
     assert again.exit_code == 1 and "already exists" in again.output
     shown = runner.invoke(harness_app, ["show", "my-codex"])
     assert shown.exit_code == 0, shown.output
-    body = yaml.safe_load(shown.output.split("\n", 1)[1])
+    assert shown.output.startswith(f"# {path}\n")
+    body = yaml.safe_load(shown.output)  # the whole output is YAML: `show X > x.yaml` works
     assert body["name"] == "my-codex" and body["based_on"] == "codex"
     assert body["budgets"]["tool_timeout_s"] == 120.0  # defaults resolved
     listed = runner.invoke(harness_app, ["list"])
@@ -182,8 +184,10 @@ def test_cli_new_show_list(tmp_path: Path, monkeypatch) -> None:
     path.write_text(yaml.safe_dump(data))
     broken = runner.invoke(harness_app, ["show", "my-codex"])
     assert broken.exit_code == 1
-    assert "reasoning_effort" in broken.output and "my-codex.yaml" in broken.output
+    assert "reasoning_effort" in broken.output and str(path) in broken.output  # one piece
     assert runner.invoke(harness_app, ["show", "nope"]).exit_code == 1
+    marked = runner.invoke(harness_app, ["show", "[bold]nope"])  # text, not rich markup
+    assert marked.exit_code == 1 and "[bold]nope" in marked.output
     with pytest.raises(HarnessError):
         new_harness("bad name!", "codex", tmp_path)
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -29,7 +30,10 @@ def _client() -> Any:
 
 
 def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    # unwrapped (a path in it stays whole) and unparsed (a '[x]' in it is text, not markup)
+    Console(stderr=True, soft_wrap=True).print(
+        f"[red]error:[/red] {escape(message)}", highlight=False
+    )
     raise typer.Exit(1)
 
 
