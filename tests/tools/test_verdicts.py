@@ -191,7 +191,27 @@ GIVE_AND_GO = [
     ("Is TRV-2123 a go?", NONE),
     ("A good plan is a go-to list; none yet for TRV-2123.", NONE),
 ]
+# a decision asked for or still awaited is none yet ("still needs approval" was read as one);
+# the speaker's own "I need to decline" is a decision, and so is a verdict beside a pending one
+PENDING = [
+    ("TRV-2123 still needs approval.", NONE),
+    ("I need your approval by Friday for TRV-2123.", NONE),
+    ("TRV-2123 is pending approval from finance.", NONE),
+    ("TRV-2123 awaits your sign-off.", NONE),
+    ("Waiting on the go-ahead for TRV-2123.", NONE),
+    ("TRV-2123 requires sign-off from legal.", NONE),
+    ("TRV-2123 needs to be approved by legal.", NONE),
+    ("TRV-2123 is not yet approved.", NONE),
+    ("Approval for TRV-2123 is still outstanding.", NONE),
+    ("Please approve TRV-2123.", NONE),
+    ("I need to decline TRV-2123: it is over the cap.", D),
+    ("TRV-2123 is approved; no further sign-off needed.", A),
+    ("TRV-2123 no longer needs approval: it is declined.", D),
+    ("The request for approval of TRV-2123 is granted.", A),
+    ("Your request is approved.", A),
+]
 GROUPS = {
+    "pending": PENDING,
     "give_and_go": GIVE_AND_GO,
     "superseded": SUPERSEDED,
     "double_negative": DOUBLE_NEGATIVE,

@@ -6,11 +6,11 @@ scope: a negator in the few words before it, in the same clause ("we cannot go a
 this", "I won't be approving this", "I would not go ahead", "not granted"), or a denial right
 after it ("approval isn't possible"). A bare answer opens a sentence: "Yes, …" / "Confirmed:
 …" approve and "No, LV-3011 exceeds …" declines, when the sentence decides nothing else. A
-question, or a clause that only supposes ("if it were under budget I would approve"),
-decides nothing; asking back is its own verdict; so does a mail's subject line ("Re: sign-off
-needed for EXP-1234" is context). :func:`verdicts` returns every verdict a
-text expresses, so "approved … declined" yields both and a checker can fail the
-contradiction.
+question, a clause that only supposes ("if it were under budget I would approve") and a
+decision asked for or awaited ("still needs approval", "please approve") decide nothing, and a
+mail's subject line is context ("Re: sign-off needed for EXP-1234"); asking back is its own
+verdict. :func:`verdicts` returns every verdict a text expresses, so "approved … declined"
+yields both and a checker can fail the contradiction.
 """
 
 from __future__ import annotations
@@ -120,6 +120,32 @@ _SUPERSEDED = [
     ),
 ]
 _SUPERSEDED_RE = [(how, re.compile(rf"\b(?:{p})\b")) for how, p in _SUPERSEDED]
+# A decision asked for or still awaited is none yet, and is masked out of the clause like a
+# superseded one: "still needs approval", "pending your sign-off", "approval for LV-1 is still
+# outstanding", "needs to be approved", "not yet approved", "please approve". The speaker's own
+# "I need to decline" is a decision: what is awaited is a noun, a passive or a request.
+_AWAITED = (
+    r"(?:approval|sign-?off|go[- ]ahead|green light|blessing|ok(?:ay)?|authori[sz]ation"
+    r"|decision|verdict)"
+)
+_VERB_DONE = (
+    r"(?:approved|signed off|authori[sz]ed|accepted|cleared|declined|rejected|refused|denied)"
+)
+_PENDING = re.compile(
+    r"\b(?:"
+    r"(?:needs?|needed|needing|requires?|required|requiring|pending|awaits?|awaiting"
+    r"|wait(?:s|ing|ed)? (?:on|for)|seek(?:s|ing)?|sought|subject to|ask(?:s|ed|ing)? for"
+    r"|request(?:s|ed|ing)?(?: for)?)"
+    rf"(?: (?:{_DET}|[\w-]+'s))?(?: (?:final|formal|official|written|further|explicit))? {_AWAITED}"
+    rf"|{_AWAITED}(?: (?:for|of|on|from|by) [\w'-]+)?(?: is| are)?(?: still)?"
+    r" (?:needed|required|pending|outstanding)"
+    r"|(?:needs?|needed|requires?|required|has|have|is|are|remains?) (?:yet |still )?to be "
+    + _VERB_DONE
+    + r"|not yet (?:been )?"
+    + _VERB_DONE
+    + r"|(?:please|kindly) (?:approve|sign (?:it |this )?off|decline|reject|authori[sz]e|accept)"
+    r")\b"
+)
 _NEGATOR = re.compile(
     r"\b(?:not|no|never|nor|cannot|can't|won't|wouldn't|shouldn't|don't|doesn't|didn't|isn't"
     r"|aren't|wasn't|unable|unlikely|hardly|without|against|no longer|afraid not)\b|n't\b"
@@ -216,6 +242,7 @@ def _superseded(clause: str) -> tuple[str, set[str]]:
 
 def _clause_verdicts(clause: str) -> set[str]:
     clause, out = _superseded(clause)
+    clause = _PENDING.sub("_", clause)
     taken: list[tuple[int, int]] = []
     for verdict, pattern in _DECISION:
         for m in pattern.finditer(clause):
