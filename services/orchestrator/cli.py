@@ -16,9 +16,9 @@ import typer
 import yaml
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 
+from services.orchestrator.cli_fail import fail
 from services.orchestrator.harness.config import (
     HarnessError,
     harness_path,
@@ -33,14 +33,6 @@ console = Console()
 harness_app = typer.Typer(
     help="Harness configurations: presets and your own.", add_completion=False
 )
-
-
-def _fail(message: str) -> None:
-    # unwrapped (a path in it stays whole) and unparsed (a '[x]' in it is text, not markup)
-    Console(stderr=True, soft_wrap=True).print(
-        f"[red]error:[/red] {escape(message)}", highlight=False
-    )
-    raise typer.Exit(1)
 
 
 @harness_app.command("list")
@@ -71,7 +63,7 @@ def harness_show(name: str) -> None:
         check_tool_names(cfg.tools)
         where = harness_path(name, data_dir)
     except (HarnessError, UnknownTools, KeyError) as exc:
-        _fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
+        fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
         return
     # soft_wrap: a long path stays one comment line, so the whole output is YAML
     console.print(f"# {where}", style="dim", highlight=False, soft_wrap=True)
@@ -89,7 +81,7 @@ def harness_new(
     try:
         path = new_harness(name, from_, get_settings().data_dir)
     except (HarnessError, KeyError) as exc:
-        _fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
+        fail(str(exc.args[0] if isinstance(exc, KeyError) else exc))
         return
     console.print(f"wrote {path}")
 
@@ -167,7 +159,7 @@ def run(
                 ep = client.episode(ep.id)
                 live.update(_view(ep))
     except ServiceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     finally:
         client.close()
@@ -179,9 +171,9 @@ def run(
         )
     console.print(f"report: {client.base_url}/episodes/{ep.id}/report")
     if ep.status != "succeeded":
-        _fail(f"episode {ep.status}: {ep.error_message or ep.exit_reason}")
+        fail(f"episode {ep.status}: {ep.error_message or ep.exit_reason}")
     if ep.exit_reason == "policy_error":
-        _fail(f"the policy kept failing: {ep.exit_detail}")
+        fail(f"the policy kept failing: {ep.exit_detail}")
 
 
 @harness_app.command("compare")
@@ -207,12 +199,12 @@ def harness_compare(
                 time.sleep(poll_s)
                 ep = client.episode(ep.id)
             if ep.status != "succeeded":
-                _fail(f"{name}: episode {ep.status}: {ep.error_message or ep.exit_reason}")
+                fail(f"{name}: episode {ep.status}: {ep.error_message or ep.exit_reason}")
             row = client.get_json(f"/episodes/{ep.id}/fidelity")["rows"]
             row["events passed"] = f"{ep.events_passed}/{ep.events_total}"
             rows.append(row)
     except ServiceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     finally:
         client.close()

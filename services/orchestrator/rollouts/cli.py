@@ -15,9 +15,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
+
+from services.orchestrator.cli_fail import fail
 
 console = Console()
 rollout_app = typer.Typer(help="RL rollout batches: create, iterate, watch.", add_completion=False)
@@ -27,14 +28,6 @@ def _client() -> Any:
     from shared.clients import OrchestratorClient
 
     return OrchestratorClient.from_settings()
-
-
-def _fail(message: str) -> None:
-    # unwrapped (a path in it stays whole) and unparsed (a '[x]' in it is text, not markup)
-    Console(stderr=True, soft_wrap=True).print(
-        f"[red]error:[/red] {escape(message)}", highlight=False
-    )
-    raise typer.Exit(1)
 
 
 def table(view: dict[str, Any]) -> Table:
@@ -73,7 +66,7 @@ def create(
     try:
         payload = json.loads(body.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        _fail(f"{body}: {exc}")
+        fail(f"{body}: {exc}")
     try:
         with _client() as client:
             view = client.post_json("/rollouts", payload)
@@ -81,7 +74,7 @@ def create(
             if watch:
                 _watch(client, view["id"])
     except ServiceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @rollout_app.command("iterate")
@@ -105,7 +98,7 @@ def iterate_cmd(
             if watch:
                 _watch(client, rollout_id)
     except ServiceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @rollout_app.command("show")
@@ -116,7 +109,7 @@ def show(rollout_id: str) -> None:
         with _client() as client:
             console.print(table(client.get_json(f"/rollouts/{rollout_id}")))
     except ServiceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def export(
@@ -128,7 +121,7 @@ def export(
     from shared.clients import ServiceError
 
     if format not in ("jsonl", "atif"):
-        _fail(f"--format must be jsonl or atif, not {format!r}")
+        fail(f"--format must be jsonl or atif, not {format!r}")
     try:
         with _client() as client:
             total = len(client.get_json(f"/rollouts/{rollout_id}")["samples"])
@@ -137,12 +130,12 @@ def export(
                     out.open("w", encoding="utf-8") as fh, Progress(console=console) as bar:  # fmt: skip
                 if resp.status_code >= 400:
                     resp.read()
-                    _fail(f"{resp.status_code}: {resp.text[:500]}")
+                    fail(f"{resp.status_code}: {resp.text[:500]}")
                 task = bar.add_task(f"export {format}", total=total)
                 for line in resp.iter_lines():
                     if line:
                         fh.write(line + "\n")
                         bar.advance(task)
     except ServiceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     console.print(f"wrote {out}")
