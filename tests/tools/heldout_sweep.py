@@ -61,10 +61,10 @@ def _sweep_one(scenario: str, seeds: list[int], oracle: bool) -> list[SeedResult
     get_settings.cache_clear()
     db = tools_database(get_settings().database_url or "")
     db.migrate()
+    run = _oracle_passes if oracle else _held_out_passes
     out = []
     for seed in seeds:
         total = len(get_scenario(scenario).build(seed).events)
-        run = _oracle_passes if oracle else _held_out_passes
         out.append(SeedResult(scenario, seed, total, run(db, scenario, seed)))
     db.close()
     return out
