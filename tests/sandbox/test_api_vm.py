@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sandbox.waiting import eventually
+from tests.sandbox.waiting import COUNTER, eventually
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
@@ -58,13 +58,6 @@ def _gone(pid: int | None) -> bool:
             return f.read().split(") ", 1)[1].startswith("Z")
     except FileNotFoundError:
         return True
-
-
-# Written to a temp file and renamed, so a reader never sees the file empty mid-write.
-COUNTER = (
-    "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.tmp; "
-    "mv /tmp/count.tmp /tmp/count; sleep 0.05; done"
-)
 
 
 def test_pause_resume_keeps_files_and_processes(vm):  # type: ignore[no-untyped-def]

@@ -18,12 +18,9 @@ import pytest
 
 from tests.helpers.servers import spawn
 from tests.sandbox.test_docker_runtime import _remove_checkpoint_images, create, docker_service, sh
-from tests.sandbox.waiting import eventually
+from tests.sandbox.waiting import COUNTER, eventually
 
 pytestmark = pytest.mark.timeout(280)
-
-# a counter held in the shell's memory only; the file shows how far it got
-COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"
 
 
 def _containers(sid: str) -> list[str]:

@@ -17,15 +17,9 @@ from services.sandbox.runtime.base import (
     SandboxSpec,
 )
 from shared.objectstore import LocalObjectStore
-from tests.sandbox.waiting import eventually
+from tests.sandbox.waiting import COUNTER, eventually
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
-
-# Written to a temp file and renamed, so a reader never sees the file empty mid-write.
-COUNTER = (
-    "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.tmp; "
-    "mv /tmp/count.tmp /tmp/count; sleep 0.05; done"
-)
 
 
 def counter(runtime, h, above: int) -> int:  # type: ignore[no-untyped-def]

@@ -15,6 +15,14 @@ T = TypeVar("T")
 
 DEADLINE_S = 120.0
 
+# A shell counter held in the process's memory only; ``/tmp/count`` shows how far it got. Each
+# value goes to a temp file that is renamed over it, so a reader never finds the file empty
+# mid-write (``echo $i > /tmp/count`` truncates first: a read between truncate and write is '').
+COUNTER = (
+    "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.tmp; "
+    "mv /tmp/count.tmp /tmp/count; sleep 0.05; done"
+)
+
 
 def eventually(
     probe: Callable[[], T],
