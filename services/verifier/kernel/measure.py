@@ -94,15 +94,25 @@ def schedule(task: Any, rng: random.Random) -> list[Call]:
     n_timed = t.trials * t.iterations
     body += [Call(impl, "timing", t.shape) for impl in IMPLS for _ in range(n_timed)]
     rng.shuffle(body)
+    body.insert(rng.randint(0, len(body) // 2), Call("candidate", "trial", shapes[0]))
     probes = [Call("candidate", "pointer", shapes[0]), Call("candidate", "near", shapes[0])]
     # one element changed: any cache keyed by less than every input value answers stale
     probes += [Call("candidate", "one", shape) for shape in (shapes[0], t.shape, t.shape)]
     probes += [Call("candidate", "repeat", t.shape) for _ in range(3)]
+    # Every probe builds on an earlier candidate call of its shape (a repeat on a timed one):
+    # probes go after the first of each, so none is ever turned into a plain trial.
+    start = max(len(body) // 2, _after(body, shapes[0]), _after(body, t.shape, "timing"))
     for p in probes:
-        body.insert(rng.randint(len(body) // 2, len(body)), p)
-    # every probe needs an earlier candidate call of its shape to build on
-    body.insert(rng.randint(0, len(body) // 2), Call("candidate", "trial", shapes[0]))
+        body.insert(rng.randint(start, len(body)), p)
     return warm + body
+
+
+def _after(body: list[Call], shape: dict[str, int], kind: str | None = None) -> int:
+    """The index just past the first candidate call of ``shape`` (and ``kind``), else 0."""
+    for i, c in enumerate(body):
+        if c.impl == "candidate" and c.shape == shape and kind in (None, c.kind):
+            return i + 1
+    return 0
 
 
 class Measurer:
