@@ -132,7 +132,8 @@ def _describe(recorder: Any, case_id: str, name: str, failure: Any) -> str:
     status = response.status_code if response is not None else "no response"
     return (
         f"{recorder.label} :: {name} :: {case.method} {case.formatted_path} "
-        f"query={case.query} body={str(case.body)[:200]} -> {status} :: "
+        f"query={case.query} body={str(case.body)[:600]} -> {status} "
+        f"{response.text_lossy()[:300] if response is not None else ''} :: "
         f"{failure.title}: {str(failure.message)[:300]}"
     )
 

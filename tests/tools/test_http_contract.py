@@ -62,12 +62,15 @@ def test_405_is_in_the_apps_style_and_beats_catch_alls(tools_client) -> None:  #
 
 
 def test_schema_invalid_requests_get_4xx_and_valid_ones_pass(tools_client) -> None:  # type: ignore[no-untyped-def]
-    # Strictly typed management body: ``false`` / ``"3"`` are no integer seed.
-    for seed in (False, "3", -1):
+    # Strictly typed management body: ``false`` / ``"3"`` / ``3.5`` are no integer seed.
+    for seed in (False, "3", -1, 3.5, 1e300):
         resp = tools_client.post("/worlds", json={"scenario": "empty", "seed": seed})
         assert resp.status_code == 400, (seed, resp.text)
         assert resp.json()["error_code"] == "invalid_request"
-    assert tools_client.post("/worlds", json={"scenario": "empty", "seed": 3}).status_code == 201
+    # ``3.0`` is an integer in JSON Schema (schemathesis sends such as schema-valid data).
+    for seed in (3, 3.0):
+        resp = tools_client.post("/worlds", json={"scenario": "empty", "seed": seed})
+        assert resp.status_code == 201 and resp.json()["seed"] == 3, (seed, resp.text)
 
     world = create_world(tools_client, "hr_onboarding", 5)
     base, auth = f"/worlds/{world.id}", world.auth

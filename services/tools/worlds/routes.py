@@ -4,7 +4,7 @@ events and checks; plus the scenario catalogue."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import ConfigDict
+from pydantic import ConfigDict, field_validator
 from sqlalchemy import select
 
 from services.tools.context import WorldRoute, _aware, rejects
@@ -87,6 +87,15 @@ class WorldCreate(WorldCreateContract):
     # The contract's body, strictly typed: a ``seed`` of ``false`` or ``"3"`` is a 400, not
     # seed 0 or 3 (the document says integer).
     model_config = ConfigDict(strict=True)
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _integral(cls, value: object) -> object:
+        """``3.0`` is an integer in JSON Schema (the document's dialect): seed 3. ``3.5`` is
+        still a 400."""
+        if type(value) is float and value.is_integer():
+            return int(value)
+        return value
 
 
 @router.post("/worlds", response_model=World, status_code=201, operation_id="createWorld")
