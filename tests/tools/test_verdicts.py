@@ -210,7 +210,21 @@ PENDING = [
     ("The request for approval of TRV-2123 is granted.", A),
     ("Your request is approved.", A),
 ]
+# none needed, or what has to happen first, is no verdict either: "it needs no approval" was
+# a decline, "... confirm before we can proceed" and "once you confirm, we can proceed" approvals
+CONDITIONS = [
+    ("TRV-2123 needs no approval.", NONE),
+    ("No sign-off is required for TRV-2123.", NONE),
+    ("No approval needed for TRV-2123: it is declined.", D),
+    ("We need finance to confirm TRV-2123 before we can proceed.", NONE),
+    ("Once finance confirms, we can proceed with TRV-2123.", NONE),
+    ("Once finance confirms, I will approve TRV-2123.", NONE),
+    ("TRV-2123 is approved, so we can proceed.", A),
+    ("Approved; TRV-2123 needs no further sign-off.", A),
+    ("No: TRV-2123 runs past the cap.", D),
+]
 GROUPS = {
+    "conditions": CONDITIONS,
     "pending": PENDING,
     "give_and_go": GIVE_AND_GO,
     "superseded": SUPERSEDED,

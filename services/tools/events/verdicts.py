@@ -144,6 +144,13 @@ _PENDING = re.compile(
     + r"|not yet (?:been )?"
     + _VERB_DONE
     + r"|(?:please|kindly) (?:approve|sign (?:it |this )?off|decline|reject|authori[sz]e|accept)"
+    # none needed: "it needs no approval", "no sign-off is required" (not a decline)
+    + rf"|(?:needs?|needed|requires?|required) no (?:further |additional |extra )?{_AWAITED}"
+    + rf"|no (?:further |additional |extra )?{_AWAITED}(?: is| was)?"
+    r" (?:needed|required|necessary)"
+    # what has to happen first: "... confirm before we can proceed"
+    r"|before (?:we|i|you|they|it|this|[a-z]+-\d+) (?:can |could |may )?"
+    r"(?:proceed|go ahead|move forward|approve|sign (?:it |this )?off)"
     r")\b"
 )
 _NEGATOR = re.compile(
@@ -273,9 +280,9 @@ def verdicts(text: str) -> set[str]:
             if not clause:
                 continue
             if _CONDITIONAL.match(clause):
-                supposing = True  # its consequent ("I would approve") is supposed too
+                supposing = True  # its consequent ("I would approve", "we can proceed") too
                 continue
-            if supposing and re.search(r"\b(?:would|could|'d)\b", clause):
+            if supposing and re.search(r"\b(?:would|could|can|will|may|'d|'ll)\b", clause):
                 continue
             supposing = False
             if _ASK.search(clause):
@@ -283,7 +290,7 @@ def verdicts(text: str) -> set[str]:
             found |= _clause_verdicts(clause)
         if not found:
             sentence = _GREETING.sub("", sentence)  # "Hi Ana, no on LV-3011: ..."
-            if _NO.match(sentence):
+            if _NO.match(sentence) and not _PENDING.match(sentence):  # "no approval needed"
                 found.add("decline")
             elif _YES.match(sentence):
                 found.add("approve")
