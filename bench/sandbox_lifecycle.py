@@ -538,7 +538,8 @@ def docker_after_bomb(rt, h) -> float:  # type: ignore[no-untyped-def]
     from services.sandbox.runtime.docker_cgroups import PREFIX, container_cgroup
 
     parent = container_cgroup(h.pid)
-    rt.exec(h, ExecRequest(cmd="b(){ b | b & }; b", background=True))
+    bomb = "b(){ b | b & }; while :; do command eval b; command eval 'sleep 1'; done"
+    rt.exec(h, ExecRequest(cmd=bomb, background=True))  # re-armed: it holds its cgroup full
     deadline = time.monotonic() + 60
     while parent is not None and time.monotonic() < deadline:
         counts = [int((cg / "pids.current").read_text()) for cg in parent.glob(f"{PREFIX}*")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,9 +28,21 @@ GENEROUS_S = 60.0
 """A bound no healthy run comes near (the answers take well under 2 s), but a starved one hits."""
 
 
-BOMB = "b(){ b | b & }; while :; do b; sleep 1; done"
-"""Re-armed each second: a bomb whose every branch once failed to fork cannot die out."""
+BOMB = "b(){ b | b & }; while :; do command eval b; command eval 'sleep 1'; done"
+"""A bomb that holds its bound for as long as it runs. Its branches die when their fork fails,
+so it is re-armed each second; and the re-arming loop's own forks go through ``command eval``,
+since a non-interactive shell exits on a failed fork except inside a non-special builtin
+(a plain ``while :; do b; sleep 1; done`` died with its bomb within 2 s of filling 192 pids)."""
+HOLD_S = 5.0
+"""How long after filling its bound the bomb must still fill it (the old loop died within 2 s)."""
 RUNTIMES = ["process", "docker", pytest.param("microvm", marks=pytest.mark.vm)]
+
+
+def still_bombing(filled: float, probe: Callable[[], int], floor: int) -> None:
+    """The bomb fills its bound again ``HOLD_S`` after it first did (``filled``): what ran in
+    between ran beside a live bomb, not after it had died out."""
+    time.sleep(max(0.0, filled + HOLD_S - time.monotonic()))
+    eventually(probe, lambda n: n >= floor, timeout_s=30, what=f"the bomb still at {floor}+")
 
 
 def runtime_ready(runtime: str) -> None:
@@ -179,6 +192,34 @@ def test_concurrent_endless_reads_are_refused_not_buffered(url):  # type: ignore
     assert grown_mb < 50, f"service RSS grew {grown_mb:.0f} MB over 6 endless + 6 40 MB reads"
 
 
+@pytest.mark.parametrize("shell", ["/bin/busybox", "/bin/dash"])
+def test_the_bomb_outlives_forks_that_all_fail(shell: str) -> None:
+    """The bomb the tests here start stays alive while every fork it tries fails (a pids cgroup
+    with room for its own shell alone), so a next command found beside it ran beside a live
+    bomb (CI once saw a bomb that had died out: 12 processes for 120 s). Busybox's ash is the
+    guests' shell, dash the process runtime's host ``/bin/sh``."""
+    import subprocess
+    import uuid
+
+    from services.sandbox.runtime.process.cgroups import CommandCgroups
+
+    cgroups = CommandCgroups()
+    owner = f"bombtest-{uuid.uuid4().hex[:8]}"
+    cg = cgroups.command(owner)
+    assert cg is not None, cgroups.available()
+    (cg / "pids.max").write_text("1")
+    argv = [*shell.split(), *(["sh"] if shell.endswith("busybox") else []), "-c", BOMB]
+    bomb = subprocess.Popen(CommandCgroups.enter_argv(cg, argv), stderr=subprocess.PIPE)
+    try:
+        time.sleep(2)
+        assert bomb.poll() is None, f"the bomb's shell exited: {bomb.stderr.read()!r}"  # type: ignore[union-attr]
+    finally:
+        cgroups.remove_sandbox(owner)
+        bomb.wait(timeout=10)
+    lost = bomb.stderr.read().decode()  # type: ignore[union-attr]
+    assert "fork" in lost, lost  # it did try, and fail, to fork
+
+
 def test_background_fork_bomb_leaves_room_for_the_next_command(service):  # type: ignore[no-untyped-def]
     svc = service("process", guest_pids_max=256)
     c = svc.client
@@ -196,8 +237,10 @@ def test_background_fork_bomb_leaves_room_for_the_next_command(service):  # type
         c.post(f"/sandboxes/{sid}/exec", json={"cmd": bomb, "background": True}).status_code == 200
     )
     eventually(lambda: int(current.read_text()), lambda n: n >= 150, what="the bomb at its bound")
+    filled = time.monotonic()
     r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "echo next command runs", "timeout_s": 60})
     assert r.status_code == 200 and r.json()["stdout"] == "next command runs\n", r.text
+    still_bombing(filled, lambda: int(current.read_text()), 150)
     assert c.delete(f"/sandboxes/{sid}").status_code == 204
     assert not (rt._cgroups.root / sid).exists()  # the sandbox's cgroups went with it
 
@@ -216,12 +259,14 @@ def test_next_exec_after_a_background_fork_bomb_answers_within_2_s(url):  # type
         return int(r.json()["stdout"] or 0) if r.status_code == 200 else 0
 
     eventually(count, lambda n: n >= 150, what="the bomb near its bound (192)")
+    filled = time.monotonic()
     for _ in range(3):
         t = time.monotonic()
         r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "echo next", "timeout_s": 30})
         took = time.monotonic() - t
         assert r.status_code == 200 and r.json()["stdout"] == "next\n", r.text
         assert took < 2.0, f"the next exec took {took:.2f} s"
+    still_bombing(filled, count, 150)
     t = time.monotonic()
     assert c.delete(f"/sandboxes/{sid}").status_code == 204
     assert time.monotonic() - t < GENEROUS_S
