@@ -10,8 +10,10 @@ figures themselves are in ``bench/sandbox_lifecycle.py``.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.sandbox.runtime.process.cgroups import CommandCgroups
 from tests.helpers.asgi import serve
 from tests.sandbox.conftest import process_runtime_ready
 from tests.sandbox.waiting import eventually
@@ -192,24 +195,20 @@ def test_concurrent_endless_reads_are_refused_not_buffered(url):  # type: ignore
     assert grown_mb < 50, f"service RSS grew {grown_mb:.0f} MB over 6 endless + 6 40 MB reads"
 
 
-@pytest.mark.parametrize("shell", ["/bin/busybox", "/bin/dash"])
-def test_the_bomb_outlives_forks_that_all_fail(shell: str) -> None:
+@pytest.mark.parametrize("shell", [["/bin/busybox", "sh"], ["/bin/dash"]], ids=["ash", "dash"])
+def test_the_bomb_outlives_forks_that_all_fail(shell: list[str]) -> None:
     """The bomb the tests here start stays alive while every fork it tries fails (a pids cgroup
     with room for its own shell alone), so a next command found beside it ran beside a live
     bomb (CI once saw a bomb that had died out: 12 processes for 120 s). Busybox's ash is the
     guests' shell, dash the process runtime's host ``/bin/sh``."""
-    import subprocess
-    import uuid
-
-    from services.sandbox.runtime.process.cgroups import CommandCgroups
-
     cgroups = CommandCgroups()
     owner = f"bombtest-{uuid.uuid4().hex[:8]}"
     cg = cgroups.command(owner)
     assert cg is not None, cgroups.available()
     (cg / "pids.max").write_text("1")
-    argv = [*shell.split(), *(["sh"] if shell.endswith("busybox") else []), "-c", BOMB]
-    bomb = subprocess.Popen(CommandCgroups.enter_argv(cg, argv), stderr=subprocess.PIPE)
+    bomb = subprocess.Popen(
+        CommandCgroups.enter_argv(cg, [*shell, "-c", BOMB]), stderr=subprocess.PIPE
+    )
     try:
         time.sleep(2)
         assert bomb.poll() is None, f"the bomb's shell exited: {bomb.stderr.read()!r}"  # type: ignore[union-attr]
