@@ -81,6 +81,34 @@ def test_every_service_is_ready(urls: dict[str, str]) -> None:
         assert set(resp.json()["checks"]) >= READY_CHECKS[name], (name, resp.text)
 
 
+def test_no_healthcheck_probe_outlives_its_turn() -> None:
+    """At most one probe per container, none older than its kill budget (docker-compose.yml wraps
+    each in ``timeout -s KILL``: Docker 20.10 does not kill a timed-out probe, so under load they
+    piled up to 8-20 a container). Sampled for ~30 s, with the suite loading the host beside it."""
+    containers = compose("ps", "-q").split()
+    assert containers, "no container is running"
+    worst: dict[str, int] = {}
+    for _ in range(10):
+        for cid in containers:
+            done = subprocess.run(
+                ["docker", "top", cid, "-eo", "etimes,args"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            if done.returncode != 0:  # a one-shot that has exited (minio-init)
+                continue
+            probes = []
+            for line in done.stdout.splitlines()[1:]:
+                age, _, args = line.strip().partition(" ")
+                if args.startswith("timeout -s KILL "):
+                    budget = int(args.split()[3])
+                    assert int(age) <= budget + 5, (cid, line)  # killed at budget
+                    probes.append(line)
+            worst[cid] = max(worst.get(cid, 0), len(probes))
+            assert len(probes) <= 1, (cid, probes)
+        time.sleep(3)
+    print(f"\n   healthcheck probes at once, per container (max over 10 samples): {worst}")
+
+
 def test_auth_refuses_no_key_and_a_wrong_key_and_accepts_the_key(
     urls: dict[str, str], keys: dict[str, str]
 ) -> None:

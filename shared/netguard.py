@@ -27,6 +27,9 @@ Resolver = Callable[[str], list[str]]
 
 # Prefixes whose addresses a translator maps to any IPv4 address (RFC 6052, RFC 8215).
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# SIIT's IPv4-translated addresses (RFC 2765, ::ffff:0:a.b.c.d): a stateless translator sends
+# them to the IPv4 address they carry, so, like NAT64, the whole prefix is refused.
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")
 
 # Names that only mean something inside a cluster or a host, refused before any lookup.
 _INTERNAL_SUFFIXES = (".local", ".internal", ".localhost", ".svc", ".cluster.local", ".lan")
@@ -83,6 +86,9 @@ def _address_refusal(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str
         if any(addr in net for net in _NAT64):
             inner = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
             return f"a NAT64 address ({addr}: a translator sends it to {inner})"
+        if addr in _SIIT:
+            inner = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+            return f"an IPv4-translated address ({addr}: a translator sends it to {inner})"
         inner = _embedded_ipv4(addr)  # type: ignore[arg-type]
         if inner is not None:
             why = _address_refusal(inner)

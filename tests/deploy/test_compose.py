@@ -275,12 +275,70 @@ def test_api_healthchecks_hit_their_own_health_endpoint(compose: dict[str, Any])
     for svc in SERVICE_NAMES:
         test = " ".join(compose["services"][svc]["healthcheck"]["test"])
         # Readiness: depends_on service_healthy waits until the service's dependencies answer.
-        assert f"http://127.0.0.1:{DEFAULT_PORTS[svc]}/health/ready" in test
+        assert f"/dev/tcp/127.0.0.1/{DEFAULT_PORTS[svc]}" in test
+        assert "GET /health/ready HTTP/1.0" in test and "grep -q ' 200 '" in test
     for svc in WORKER_SERVICES:
         worker_test = " ".join(compose["services"][f"{svc}-worker"]["healthcheck"]["test"])
         # a ping to its own node over the broker, without importing the service's tasks
         assert f"make_celery('{svc}').control.ping(['{svc}@' + socket.gethostname()]" in worker_test
         assert "services." not in worker_test
+
+
+def _kill_budget(test: list[str]) -> float | None:
+    """Seconds after which the probe's ``timeout -s KILL N`` kills it, if it is so wrapped."""
+    words = " ".join(test[1:]).split()
+    for i, word in enumerate(words[:-3]):
+        if word == "timeout" and words[i + 1 : i + 3] == ["-s", "KILL"]:
+            return float(words[i + 3])
+    return None
+
+
+def _seconds(duration: str) -> float:
+    return float(duration.removesuffix("s"))
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(set(SERVICE_NAMES) | {f"{s}-worker" for s in WORKER_SERVICES} | {"postgres", "redis"}),
+)
+def test_every_probe_is_killed_before_docker_gives_up_on_it(
+    compose: dict[str, Any], name: str
+) -> None:
+    """Docker 20.10 does not kill a timed-out probe, so one that hangs under load stays while the
+    next starts (8-20 per container were seen). Each probe kills itself first."""
+    check = compose["services"][name]["healthcheck"]
+    budget = _kill_budget(check["test"])
+    assert budget is not None, f"{name}: probe not under `timeout -s KILL`: {check['test']}"
+    assert budget < _seconds(check["timeout"]), (name, budget, check["timeout"])
+    assert _seconds(check["timeout"]) <= _seconds(check["interval"]) * 6, name
+    # failures during start-up do not count: a loaded host's slow import is not 'unhealthy'
+    if name in SERVICE_NAMES or name.endswith("-worker"):
+        assert _seconds(check["start_period"]) >= 600, name
+
+
+def test_api_probes_start_no_interpreter(compose: dict[str, Any]) -> None:
+    for svc in SERVICE_NAMES:
+        assert "python" not in compose["services"][svc]["healthcheck"]["test"], svc
+
+
+def test_every_container_has_an_init(compose: dict[str, Any]) -> None:
+    """PID 1 reaps and forwards signals: without it the S3 stand-in could not be stopped."""
+    for name, svc in compose["services"].items():
+        assert svc.get("init") is True, name
+
+
+def test_ports_images_and_base_image_are_variables(raw: dict[str, Any]) -> None:
+    env = {
+        "MODEL_PORT": "18000", "SANDBOX_PORT": "", "POSTGRES_IMAGE": "pg:x",
+        "REDIS_IMAGE": "rd:y", "BASE_IMAGE": "local/base:1",
+    }  # fmt: skip
+    doc = interpolate(raw, env)["services"]
+    assert doc["model"]["ports"] == ["127.0.0.1:18000:8000"]
+    assert doc["sandbox"]["ports"] == ["127.0.0.1::8001"]  # empty: an ephemeral port (scalable)
+    assert doc["tools"]["ports"] == ["127.0.0.1:8002:8002"]
+    assert doc["postgres"]["image"] == "pg:x" and doc["redis"]["image"] == "rd:y"
+    for name in SERVICE_NAMES:
+        assert doc[name]["build"]["args"]["BASE_IMAGE"] == "local/base:1", name
 
 
 def test_ports_are_published_on_loopback_by_default(compose: dict[str, Any]) -> None:

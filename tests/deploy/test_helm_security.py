@@ -116,6 +116,24 @@ WRONG_VALUES = [
     ({"networkPolicy": {"clusterCIDRs": ["cluster"]}}, "/networkPolicy/clusterCIDRs/0"),
     ({"postgresql": {"auth": {"password": "p@ss/word"}}}, "/postgresql/auth/password"),
     ({"logLevel": "INFO"}, "logLevel"),  # a typo'd top-level key
+    # a ReadWriteOnce data volume is one node's: no second API or worker replica, no KEDA
+    (
+        {"services": {"model": {"replicas": 3, "persistence": {"enabled": True}}}},
+        "/services/model/replicas",
+    ),
+    (
+        {"services": {"tools": {"worker": {"replicas": 2}, "persistence": {"enabled": True}}}},
+        "/services/tools/worker/replicas",
+    ),
+    (
+        {
+            "services": {
+                "verifier": {"persistence": {"enabled": True, "accessMode": "ReadWriteOncePod"}}
+            },
+            "autoscaling": {"keda": {"enabled": True}},
+        },
+        "/services/verifier",
+    ),
 ]
 
 
@@ -128,6 +146,12 @@ def test_schema_rejects_wrong_values_at_render_time(values: dict[str, Any], wher
 
 def test_schema_accepts_the_documented_fallbacks() -> None:
     render({"services": {"sandbox": {"kvm": {"mountDevice": True, "privileged": True}}}})
+    # shared volumes scale: ReadWriteMany with replicas and KEDA; KEDA beside the sandbox's RWO
+    rwx = {"enabled": True, "accessMode": "ReadWriteMany"}
+    render({"services": {"model": {"replicas": 3, "persistence": rwx}}})
+    render(
+        {"autoscaling": {"keda": {"enabled": True}}, "services": {"tools": {"persistence": rwx}}}
+    )
     render({"services": {"sandbox": {"replicas": 0}}, "config": {"logLevel": "DEBUG"}})
 
 

@@ -45,6 +45,9 @@ def fake_resolver(host: str) -> list[str]:
         "[64:ff9b::169.254.169.254]",
         "[64:ff9b::808:808]",  # NAT64 of a public address: still a translator's prefix
         "[64:ff9b:1::a00:1]",  # local-use NAT64
+        "[::ffff:0:a9fe:a9fe]",  # SIIT (IPv4-translated) form of the metadata address
+        "[::ffff:0:169.254.169.254]",
+        "[::ffff:0:808:808]",  # SIIT of a public address: still a translator's prefix
         "[2002:a9fe:a9fe::1]",  # 6to4 carrying 169.254.169.254
         "[2001:0:4136:e378:8000:63bf:f5ff:fffe]",  # Teredo carrying 10.0.0.1
         "[::a9fe:a9fe]",  # IPv4-compatible
