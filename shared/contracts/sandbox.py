@@ -25,7 +25,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -93,16 +92,16 @@ class NetworkPolicy(BaseModel):
     allow: list[str] = Field(
         default_factory=list, description="host:port destinations reachable from the guest."
     )
-    # entry -> the address the fence checked (shared.netguard.pin_allowlist), which the runtime
-    # dials instead of looking the name up again. Private: never read from a request body.
-    _pinned: dict[str, str] = PrivateAttr(default_factory=dict)
-
-    @property
-    def pinned(self) -> dict[str, str]:
-        return self._pinned
+    pinned: dict[str, str] = Field(
+        default_factory=dict,
+        description="Set by the service, refused in a request: each allowlist entry -> the "
+        "address deployed mode's fence checked (shared.netguard.pin_allowlist), which the runtime "
+        "dials instead of looking the name up again. Kept in the sandbox's row and in every "
+        "checkpoint manifest, so restore, fork and resume dial the same address.",
+    )
 
     def pin(self, addresses: dict[str, str]) -> None:
-        self._pinned = dict(addresses)
+        self.pinned = dict(addresses)
 
     @field_validator("allow")
     @classmethod
@@ -163,6 +162,13 @@ class NewSandbox(BaseModel):
     runtime: RuntimeName | None = Field(
         None, description="Runtime for this sandbox (default K3STACK_SANDBOX__RUNTIME)."
     )
+
+    @field_validator("network")
+    @classmethod
+    def _no_client_pins(cls, v: NetworkPolicy) -> NetworkPolicy:
+        if v.pinned:
+            raise ValueError("network.pinned is set by the service's fence, never by a request")
+        return v
 
 
 class Lifecycle(BaseModel):

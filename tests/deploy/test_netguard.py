@@ -5,6 +5,7 @@ link-local or unresolvable destination is refused (400, naming the entry), and s
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -153,12 +154,45 @@ def test_a_name_is_resolved_once_and_the_checked_address_is_dialled() -> None:
     assert fwd.endswith(" 93.184.216.34 80") and "rebind.example.com" not in fwd
 
 
-def test_pins_cannot_come_from_a_request_body() -> None:
+def test_pins_cannot_come_from_a_request_body(deployed_sandbox: TestClient) -> None:
+    from pydantic import ValidationError
+
     from shared.contracts.sandbox import NewSandbox
 
-    body = {"templateID": "busybox", "network": {"mode": "allowlist", "allow": ["a.example.com:443"],
-            "_pinned": {"a.example.com:443": "10.0.0.1"}, "pinned": {"a.example.com:443": "10.0.0.1"}}}  # fmt: skip
-    assert NewSandbox.model_validate(body).network.pinned == {}
+    network = {"mode": "allowlist", "allow": ["a.example.com:443"]}
+    body = {"templateID": "busybox", "network": {**network, "_pinned": {"a.example.com:443": "1.1.1.1"}}}  # fmt: skip
+    assert NewSandbox.model_validate(body).network.pinned == {}  # a private name is no field
+    body["network"]["pinned"] = {"a.example.com:443": "10.0.0.1"}
+    with pytest.raises(ValidationError, match="set by the service"):
+        NewSandbox.model_validate(body)
+    r = deployed_sandbox.post("/sandboxes", json={**body, "runtime": "microvm"})
+    assert 400 <= r.status_code < 500 and "pinned" in r.text, r.text
+    assert deployed_sandbox.get("/sandboxes").json() == []
+
+
+def test_pins_survive_the_row_and_the_checkpoint_manifest() -> None:
+    """Restore, fork and resume rebuild the spec from the sandbox's row (JSON) or a checkpoint
+    manifest (JSON in the object store): the pinned answer must come back from both, so a name
+    whose DNS answer changed since create is still dialled at the checked address."""
+    from services.sandbox.runtime.base import CheckpointManifest, SandboxSpec
+    from services.sandbox.runtime.microvm.launch import _guestfwds
+    from shared.contracts.sandbox import NetworkPolicy
+
+    resolver = Rebinding()
+    entry = "rebind.example.com:80"
+    pins, _ = pin_allowlist([entry], resolver=resolver)
+    network = NetworkPolicy(mode="allowlist", allow=[entry])
+    network.pin(pins)
+    assert refusal("rebind.example.com", resolver)  # the name now answers the metadata address
+    row_json = json.loads(json.dumps(network.model_dump()))  # the row's JSON column
+    manifest = CheckpointManifest(
+        id="ck-1", sandbox_id="sbx-1", runtime="microvm", spec=SandboxSpec(network=network)
+    )
+    stored = CheckpointManifest.model_validate_json(manifest.model_dump_json())
+    for spec in (SandboxSpec(network=NetworkPolicy.model_validate(row_json)), stored.spec):
+        assert spec.network.pinned == {entry: "93.184.216.34"}
+        (fwd,) = _guestfwds(spec)
+        assert fwd.endswith(" 93.184.216.34 80") and "rebind" not in fwd
 
 
 def test_the_api_pins_what_it_checked(deployed_sandbox: TestClient, monkeypatch) -> None:  # type: ignore[no-untyped-def]
