@@ -146,9 +146,13 @@ def create_app(
         "object_store": object_store_check(settings),
     }
 
-    async def run_checks() -> Health:
+    keyed = require_api_key(service)
+
+    async def run_checks(request: Request) -> Health:
+        """Every check's result; a caller without the service's key (when auth is on) sees only
+        each check's up/down: the details name internal hosts and carry error texts."""
         results: dict[str, Any] = {}
-        ok = True
+        down: set[str] = set()
         for name, check in checks.items():
             try:
                 # Checks block on the network: in a thread, so the event loop keeps serving.
@@ -157,15 +161,19 @@ def create_app(
                     value = await value  # type: ignore[misc]
                 results[name] = value
             except Exception as exc:  # noqa: BLE001 - a failing check makes the service degraded
-                ok = False
+                down.add(name)
                 results[name] = {"error": str(exc)}
+        try:
+            keyed(request)
+        except APIError:
+            results = {name: "down" if name in down else "up" for name in results}
         return Health(
-            status="ok" if ok else "degraded", service=service, version=version, checks=results
+            status="degraded" if down else "ok", service=service, version=version, checks=results
         )
 
     @app.get("/health", response_model=Health, tags=["ops"], operation_id="getHealth")
-    async def health() -> Health:
-        return await run_checks()
+    async def health(request: Request) -> Health:
+        return await run_checks(request)
 
     # Probes (kept out of the OpenAPI documents, which describe the service's API).
     @app.get("/health/live", include_in_schema=False)
@@ -173,8 +181,8 @@ def create_app(
         return {"status": "ok", "service": service}
 
     @app.get("/health/ready", include_in_schema=False)
-    async def readiness() -> JSONResponse:
-        report = await run_checks()
+    async def readiness(request: Request) -> JSONResponse:
+        report = await run_checks(request)
         return JSONResponse(report.model_dump(), status_code=200 if report.status == "ok" else 503)
 
     metrics_auth = [] if settings.public_metrics else auth

@@ -102,6 +102,33 @@ def test_auth_off_in_local_mode_on_when_enabled():
     assert "/items" in c.get("/openapi.json", headers={"X-API-Key": "sekret"}).json()["paths"]
 
 
+def test_health_without_the_key_says_only_up_or_down():
+    """Check details name internal hosts and carry error texts: only a keyed caller sees them."""
+
+    def store_down() -> dict[str, str]:
+        raise ConnectionError("db.internal.example:5432 refused: password authentication failed")
+
+    app = create_app(
+        "tools",
+        routers=[router],
+        settings=load_settings(auth_enabled=True, tools={"api_key": "sekret"}),
+        health_checks={"database": store_down, "cache": lambda: {"host": "cache.internal"}},
+    )
+    c = TestClient(app, raise_server_exceptions=False)
+    for path in ("/health", "/health/ready"):
+        open_ = c.get(path)
+        assert open_.status_code == (200 if path == "/health" else 503)
+        assert open_.json()["status"] == "degraded"
+        checks = open_.json()["checks"]
+        assert checks["database"] == "down" and checks["cache"] == "up"
+        assert "internal" not in open_.text and "password" not in open_.text
+        keyed = c.get(path, headers={"X-API-Key": "sekret"}).json()["checks"]
+        assert "password authentication failed" in keyed["database"]["error"]
+        assert keyed["cache"] == {"host": "cache.internal"}
+        wrong = c.get(path, headers={"X-API-Key": "nope"})
+        assert "internal" not in wrong.text
+
+
 def test_settings_open_the_docs_and_the_metrics():
     c = make(auth_enabled=True, tools={"api_key": "sekret"}, public_docs=True)
     assert c.get("/openapi.json").status_code == 200 and c.get("/docs").status_code == 200
