@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.auth import require_api_key
@@ -51,6 +52,10 @@ def _describe_validation(exc: RequestValidationError) -> str:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
     return "invalid request: " + "; ".join(parts)
+
+
+# Seconds a client is told to wait (Retry-After) when the database is down.
+STORE_RETRY_AFTER_S = 5
 
 
 def _error_response(status: int, error_code: str, message: str) -> JSONResponse:
@@ -125,6 +130,18 @@ def create_app(
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
         metrics.observe_request(request.method, path, response.status_code, started)
+        return response
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _store_down(request: Request, exc: Exception) -> JSONResponse:
+        # A database that went away (or is locked) is the platform's outage, not a bug of the
+        # caller's request: 503 and when to try again, never 500 "internal".
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        response = _error_response(
+            503, "store_unavailable", "the service's database is unavailable; retry shortly"
+        )
+        response.headers["Retry-After"] = str(STORE_RETRY_AFTER_S)
         return response
 
     @app.exception_handler(APIError)

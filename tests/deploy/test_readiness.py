@@ -18,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from shared.auth import service_key
 from shared.db import make_engine
 from shared.settings import get_settings
 from tests.helpers.servers import LOOPBACK, free_port
@@ -122,11 +123,19 @@ def test_readiness_follows_the_database(
             assert ready.status_code == 200, ready.text
             assert ready.json()["checks"]["database"]["dialect"] == "postgresql"
 
+            key = {"X-API-Key": service_key(get_settings(), "tools")}
+            assert client.get("/worlds", headers=key).status_code == 200
+
             relay.stop()  # the database goes away
             down = client.get("/health/ready")
             assert down.status_code == 503
             assert down.json()["status"] == "degraded"
             assert "error" in down.json()["checks"]["database"]
+            # the API says the outage is the platform's, and when to come back: 503, not 500
+            outage = client.get("/worlds", headers=key)
+            assert outage.status_code == 503, outage.text
+            assert outage.json()["error_code"] == "store_unavailable"
+            assert int(outage.headers["Retry-After"]) > 0
             live = client.get("/health/live")
             assert live.status_code == 200 and live.json()["status"] == "ok"
 
