@@ -103,6 +103,11 @@ from shared.settings import get_settings
 log = logging.getLogger(__name__)
 
 
+# Seconds of TCG after a KVM boot probe that timed out, before the next sandbox start probes
+# again (a loaded host must not cost KVM for the life of the process).
+KVM_REPROBE_S = 600.0
+
+
 @dataclass
 class _Live:
     """Per-sandbox state of this process (not persisted): connections and caches."""
@@ -150,6 +155,8 @@ class MicroVMRuntime(Runtime):
         happens where this process may not read its QEMUs' memory, see ``memory.py``)."""
         self.root = Path(root) if root else sandbox_cache_dir() / "vms"
         self._accel = None if accel in (None, "auto") else accel
+        self._accel_lock = threading.Lock()
+        self._reprobe_at: float | None = None  # a timed-out KVM probe runs again after this
         self.pids_max = pids_max
         self.cow_restore = cow_restore and can_read_children()
         self._live: dict[str, _Live] = {}
@@ -195,12 +202,17 @@ class MicroVMRuntime(Runtime):
 
     @property
     def accel(self) -> str:
-        if self._accel is None:
-            self._accel = self._probe_accel()
-        return self._accel
+        with self._accel_lock:
+            due = self._reprobe_at is not None and time.monotonic() >= self._reprobe_at
+            if self._accel is None or due:
+                self._accel = self._probe_accel()
+            return self._accel
 
     def _probe_accel(self) -> str:
-        """``kvm`` if a KVM boot of the busybox image answers, else ``tcg`` (cached)."""
+        """``kvm`` if a KVM boot of the busybox image answers, else ``tcg``. A verdict is cached
+        on disk; a probe that only ran out of time (a loaded host, not a broken KVM) is not: TCG
+        until ``KVM_REPROBE_S`` has passed, then the next start probes again."""
+        self._reprobe_at = None
         if not os.access("/dev/kvm", os.R_OK | os.W_OK):
             return "tcg"
         ver = subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout
@@ -211,7 +223,7 @@ class MicroVMRuntime(Runtime):
             data = json.loads(cache.read_text())
             if data.get("key") == key:
                 return data["accel"]
-        accel = "tcg"
+        accel, timed_out = "tcg", False
         try:
             vm = launch(image, SandboxSpec(), "kvm", incoming=False, boot_timeout=20, shm=self.shm,
                         pids_max=self.pids_max)  # fmt: skip
@@ -220,10 +232,21 @@ class MicroVMRuntime(Runtime):
                 agent.ping()
                 agent.close()
                 accel = "kvm"
+            except Exception:
+                timed_out = vm.proc.poll() is None  # QEMU still up: the guest was only slow
+                raise
             finally:
                 discard(vm)
         except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
+            # QEMU that exits (KVM refused the guest: an MSR it cannot set, no nested support)
+            # is a verdict; a QMP socket that only timed out is a busy host.
+            timed_out = timed_out or isinstance(exc.__cause__, TimeoutError)
             log.info("KVM boot probe failed (%s)", str(exc).splitlines()[0][:200])
+        if timed_out:
+            self._reprobe_at = time.monotonic() + KVM_REPROBE_S
+            log.warning("microvm: the KVM boot probe ran out of time (a loaded host?); using TCG "
+                        "and probing again in %.0f s", KVM_REPROBE_S)  # fmt: skip
+            return accel
         if accel == "tcg":
             log.warning("microvm: /dev/kvm does not boot the guest kernel here; using TCG")
         with contextlib.suppress(OSError):
