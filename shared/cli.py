@@ -14,6 +14,7 @@ loaded only when that command is used or listed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -324,7 +325,10 @@ def up(
         typer.Option(help="On Ctrl-C, seconds of grace before SIGKILL (a second Ctrl-C: now)."),
     ] = 10.0,
 ) -> None:
-    """Start the platform locally and wait until every service is healthy."""
+    """Start the platform locally and wait until every service is healthy.
+
+    In the foreground it then supervises: a service or worker that exits is restarted (at once,
+    then with a doubling backoff); one that exits 5 times within 5 minutes stops the stack."""
     chosen = _parse_services(services)
     overrides = _parse_ports(port, port_base)
     base_env = dict(os.environ)
@@ -364,7 +368,8 @@ def up(
     children: list[Child] = []
     urls = {name: settings.service(name).base_url for name in chosen}
 
-    def spawn(name: str, argv: list[str], port_: int | None) -> None:
+    def start(name: str, argv: list[str]) -> int:
+        """The child's process (a new session: its group is stopped whole), logging to its file."""
         log_path = logs / f"{name}.log"
         fh = open(log_path, "ab")  # noqa: SIM115 - the child owns it
         fh.write(f"\n--- k3stack up {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
@@ -378,7 +383,12 @@ def up(
             start_new_session=True,
         )
         fh.close()
-        children.append(Child(name=name, pid=proc.pid, argv=argv, log=str(log_path), port=port_))
+        return proc.pid
+
+    def spawn(name: str, argv: list[str], port_: int | None) -> None:
+        pid = start(name, argv)
+        log_path = str(logs / f"{name}.log")
+        children.append(Child(name=name, pid=pid, argv=argv, log=log_path, port=port_))
 
     stop = StopSignals()
     if not detach:
@@ -458,16 +468,63 @@ def up(
         return
     out.print("press Ctrl-C to stop")
     out.file.flush()
+    supervisor = Supervisor()
     while not stop.requested:
         alive = live_groups([c.pid for c in children])
-        dead = [c.name for c in children if c.pid not in alive]
-        if dead:
-            console.print(f"[yellow]stopped:[/] {', '.join(dead)}; shutting down the rest")
-            break
+        now = time.monotonic()
+        for child in children:
+            if child.pid in alive:
+                continue
+            due = supervisor.exited(child.name, now)
+            if due is None:
+                abort(
+                    f"{child.name} exited {Supervisor.MAX_RESTARTS} times within "
+                    f"{Supervisor.WINDOW_S:.0f}s; stopped everything (its log: {child.log})",
+                    code=1,
+                )
+            if now < due:
+                continue
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child.pid, os.WNOHANG)  # reap the one that died
+            child.pid = start(child.name, child.argv)
+            supervisor.restarted(child.name)
+            state.save(state_file)
+            console.print(f"[yellow]restarted:[/] {child.name} (pid {child.pid})")
+            out.print(f"restarted {child.name}")
+            out.file.flush()
         time.sleep(0.2)
     console.print("stopping k3stack…")
     shut_down()
     out.print("k3stack stopped")
+
+
+class Supervisor:
+    """When to restart a child of ``k3stack up`` that exited: at once the first time, then after
+    a backoff doubling up to ``MAX_DELAY_S``; ``None`` once it exited ``MAX_RESTARTS`` times
+    within ``WINDOW_S`` (a crash loop is a fault to report, not to hide)."""
+
+    MAX_RESTARTS = 5
+    WINDOW_S = 300.0
+    MAX_DELAY_S = 30.0
+
+    def __init__(self) -> None:
+        self.history: dict[str, list[float]] = {}
+        self.due: dict[str, float] = {}
+
+    def exited(self, name: str, now: float) -> float | None:
+        if name in self.due:
+            return self.due[name]
+        recent = [t for t in self.history.get(name, []) if now - t < self.WINDOW_S]
+        self.history[name] = recent
+        if len(recent) >= self.MAX_RESTARTS:
+            return None
+        delay = 0.0 if not recent else min(self.MAX_DELAY_S, 2.0 ** (len(recent) - 1))
+        self.due[name] = now + delay
+        self.history[name].append(now)
+        return self.due[name]
+
+    def restarted(self, name: str) -> None:
+        self.due.pop(name, None)
 
 
 @app.command()

@@ -208,6 +208,19 @@ def test_foreground_up_stops_everything_on_ctrl_c(stack_env):
         # The subset only: the model service was not started.
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{ports['model']}/health", timeout=1)
+        # A worker SIGKILLed (its whole group) is restarted; the stack stays up.
+        state_file = Path(env["K3STACK_DATA_DIR"]) / "run" / "state.json"
+        before = {c["name"]: c["pid"] for c in json.loads(state_file.read_text())["children"]}
+        worker = next(name for name in before if name.startswith("tools-worker"))
+        os.killpg(before[worker], signal.SIGKILL)
+        _wait_for_line(lines, f"restarted {worker}", timeout=60)
+        after = {c["name"]: c["pid"] for c in json.loads(state_file.read_text())["children"]}
+        assert after[worker] != before[worker] and group_alive(after[worker])
+        assert {n: p for n, p in after.items() if n != worker} == {
+            n: p for n, p in before.items() if n != worker
+        }
+        for name in ("tools", "verifier"):
+            assert httpx.get(f"http://127.0.0.1:{ports[name]}/health").status_code == 200
         proc.send_signal(signal.SIGINT)
         # Bounded by design: 10 s grace, then SIGKILL (+5 s); the rest is slack for a busy host.
         out, err = _finish(proc, lines, timeout=60)
@@ -265,3 +278,22 @@ def test_unknown_service_is_a_clear_error(stack_env):
     env, _ = stack_env
     r = k3stack("up", "--services", "model,billing", env=env)
     assert r.returncode == 2 and "unknown service(s) billing" in r.stderr
+
+
+def test_the_supervisor_backs_off_and_gives_up_on_a_crash_loop():
+    from shared.cli import Supervisor
+
+    sup = Supervisor()
+    now = 1000.0
+    delays = []
+    for _ in range(Supervisor.MAX_RESTARTS):
+        due = sup.exited("tools-worker", now)
+        assert due is not None and sup.exited("tools-worker", now) == due  # asked again: same
+        delays.append(due - now)
+        sup.restarted("tools-worker")
+        now = due + 0.1
+    assert delays == [0.0, 1.0, 2.0, 4.0, 8.0]
+    assert sup.exited("tools-worker", now) is None  # a crash loop: report it, do not hide it
+    assert sup.exited("verifier", now) == now  # another child has its own history
+    later = now + Supervisor.WINDOW_S + 1  # old exits age out of the window
+    assert Supervisor().exited("x", later) == later
