@@ -93,3 +93,30 @@ def test_unknown_rollout_is_404(api) -> None:
     assert client.get("/rollouts/ro_nope/export", params={"format": "csv"}).status_code == 400
     body = {"policy": {"version": "v2"}}
     assert client.post("/rollouts/ro_nope/iterate", json=body).status_code == 404
+
+
+def test_a_sample_whose_policy_fails_is_failed_not_succeeded(api) -> None:
+    """A policy endpoint that refuses every call: each sample ends ``policy_error``, phase
+    ``failed`` and job ``failed`` with that code (it was ``finished`` / ``succeeded``)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    broken = FastAPI()
+
+    @broken.post("/v1/{path:path}")
+    def refuse(path: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+
+    client, threads = api
+    with serve(broken) as url:
+        body = {"tasks": [{"instruction": "turns=1"}], "samples_per_task": 2,
+                "policy": {"base_url": f"{url}/v1", "version": "v1"}}  # fmt: skip
+        resp = client.post("/rollouts", json=body)
+        assert resp.status_code == 202, resp.text
+        for t in list(threads):
+            t.join(timeout=120)
+    view = client.get(f"/rollouts/{resp.json()['id']}").json()
+    assert view["counts"] == {"failed": 2}, view
+    for sample in view["samples"]:
+        assert (sample["status"], sample["exit_reason"]) == ("failed", "policy_error"), sample
+        assert "503" in (sample["error"] or ""), sample

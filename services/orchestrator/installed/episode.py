@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from services.orchestrator.episode.state import EpisodeState, WorldLease
+from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.gateway import Route, Routes, serving
 from services.orchestrator.installed.catalog import AGENTS, Agent, require
 from services.orchestrator.installed.launch import (
@@ -79,16 +80,16 @@ def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
     return events, garbage
 
 
-def outcome(preset: str, day: Day) -> str | None:
+def outcome(preset: str, day: Day) -> Outcome | None:
     """None when the CLI ended its turn itself; else the named way the day went wrong."""
     if day.timed_out:
-        return "agent_timeout"
+        return Outcome.agent_timeout
     if day.returncode is not None and day.returncode < 0:
-        return "agent_crashed"
+        return Outcome.agent_crashed
     if day.garbage:
-        return "agent_garbage"
+        return Outcome.agent_garbage
     if not day.events or day.events[-1].get("type") not in ENDS[preset]:
-        return "agent_failed"
+        return Outcome.agent_failed
     return None
 
 
@@ -191,7 +192,7 @@ class InstalledEpisode:
         routes.add(r.id, self._route(world))
         deadline = time.monotonic() + self.harness.budgets.max_wall_s
         prompt = self._task_prompt(scenario, world.now())
-        reason: str | None = None
+        reason = Outcome.agent_failed
         with serving(routes) as gateway:
             at = self._sandbox(state, gateway)
             r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
@@ -209,7 +210,7 @@ class InstalledEpisode:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    reason = "max_wall_s"
+                    reason = Outcome.max_wall_s
                     break
                 day = self._day(endpoint, prompt, mcp, state, left)
                 bad = outcome(self.preset, day)
@@ -219,17 +220,12 @@ class InstalledEpisode:
                     break
                 notice = self._advance(world, state)
                 if notice is None:
-                    reason = "scenario_end"
+                    reason = Outcome.scenario_end
                     break
                 prompt = notice
-        state.exit_reason = reason
-        if reason in ("scenario_end", "max_wall_s", "agent_timeout"):  # budgets: scored
-            from types import SimpleNamespace
-
-            r._score_and_finish(self.request, SimpleNamespace(world=world), state)
-        else:
-            r._persist(state)
-            r.store.fail(r.id, r.owner, reason or "agent_failed", self._detail(state))
+        state.exit_reason = reason.value
+        state.exit_detail = self._detail(state)
+        r.score_and_finish(state, world)  # the status and the scoring: the outcome's (stop.py)
 
     def _sandbox(self, state: EpisodeState, gateway: str) -> dict[str, str]:
         """The episode's sandbox, its network the gateway and the tools service only; returns
@@ -320,7 +316,7 @@ class InstalledEpisode:
             self._bundled = out.stdout
         return self._bundled
 
-    def _record_day(self, state: EpisodeState, day: Day, bad: str | None) -> None:
+    def _record_day(self, state: EpisodeState, day: Day, bad: Outcome | None) -> None:
         r = self.r
         for ev in day.events:
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
@@ -331,7 +327,7 @@ class InstalledEpisode:
         self.steps.clear()
         state.days_run += 1
         r._emit("agent_day", {
-            "day": state.day, "returncode": day.returncode, "outcome": bad or "turn_ended",
+            "day": state.day, "returncode": day.returncode, "outcome": bad.value if bad else "turn_ended",
             "wall_s": round(day.wall_s, 3), "events": len(day.events), "garbage": day.garbage[:5],
             "last_event": day.events[-1] if day.events else None, "stderr_tail": day.stderr_tail,
         })  # fmt: skip

@@ -39,7 +39,7 @@ def run_inline(db: Any, services: Any, sample_id: str) -> None:
     """Claim and run one sample in this process (tests, ``k3stack rollout --inline``), exactly
     as the task does: claim, heartbeats, body, outcome."""
     from services.orchestrator.rollouts.sample import SampleRunner
-    from shared.jobs import heartbeats, new_owner
+    from shared.jobs import JobCancelled, JobFailed, heartbeats, new_owner
 
     store = SampleStore(db, services.settings)
     owner = new_owner()
@@ -50,10 +50,12 @@ def run_inline(db: Any, services: Any, sample_id: str) -> None:
     with heartbeats(run, store.policy.heartbeat_s):
         try:
             result = SampleRunner(db, services, sample_id).run(run)
+        except JobCancelled:
+            return
+        except JobFailed as exc:  # a named outcome (episode/stop.py): its code, as the task's
+            store.fail(sample_id, owner, exc.code, exc.message)
+            return
         except Exception as exc:  # noqa: BLE001 - recorded on the row
-            from shared.jobs import JobCancelled
-
-            if not isinstance(exc, JobCancelled):
-                store.fail(sample_id, owner, "task_error", f"{type(exc).__name__}: {exc}")
+            store.fail(sample_id, owner, "task_error", f"{type(exc).__name__}: {exc}")
             return
         store.succeed(sample_id, owner, result, None)
