@@ -18,12 +18,22 @@ from tests.orchestrator.rollout_endpoint import endpoint
 
 @pytest.fixture
 def api(tmp_path, monkeypatch) -> Iterator[tuple[TestClient, list[threading.Thread]]]:
+    yield from _api(tmp_path, monkeypatch, "http://127.0.0.1:9")
+
+
+@pytest.fixture
+def api_tools(tmp_path, monkeypatch, tools_url) -> Iterator[tuple[TestClient, list]]:
+    """The API with the real tools service (scenarios are checked there at submit)."""
+    yield from _api(tmp_path, monkeypatch, tools_url)
+
+
+def _api(tmp_path, monkeypatch, tools_url: str) -> Iterator[tuple[TestClient, list]]:
     from services.orchestrator.app import create_app
     from services.orchestrator.rollouts.tasks import run_inline
     from shared.settings import get_settings
 
     for key, value in {
-        "K3STACK_TOOLS__URL": "http://127.0.0.1:9", "K3STACK_MODEL__URL": "http://127.0.0.1:9",
+        "K3STACK_TOOLS__URL": tools_url, "K3STACK_MODEL__URL": "http://127.0.0.1:9",
         "K3STACK_SANDBOX__URL": "http://127.0.0.1:9",
         "K3STACK_DATABASE_URL": f"sqlite:///{tmp_path}/orch.db",
         "K3STACK_ORCHESTRATOR__REAPER_INTERVAL_S": "0",
@@ -77,6 +87,10 @@ def test_batch_over_http(api) -> None:
         ({"effort": "extreme"}, "effort"),
         ({"budgets": {"effort_budgets": {"low": -5}}}, "effort_budgets"),
         ({"harness": "no-such-harness"}, "harness"),
+        ({"policy": {"version": "v1", "base_url": "not a url"}}, "policy.base_url"),
+        ({"policy": {"version": "v1", "base_url": "ftp://host/v1"}}, "policy.base_url"),
+        ({"harness": "claude-code-cli"}, "installed agent"),
+        ({"harness": "codex-cli"}, "installed agent"),
     ],
 )
 def test_bad_input_is_a_4xx_naming_it(api, patch, needle) -> None:
@@ -120,3 +134,26 @@ def test_a_sample_whose_policy_fails_is_failed_not_succeeded(api) -> None:
     for sample in view["samples"]:
         assert (sample["status"], sample["exit_reason"]) == ("failed", "policy_error"), sample
         assert "503" in (sample["error"] or ""), sample
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('"lam": NaN', "lam"),
+        ('"policy": {"version": "v1", "temperature": NaN}', "policy.temperature"),
+    ],
+)
+def test_nan_is_a_400_naming_the_field(api, raw: str, field: str) -> None:
+    client, _ = api
+    body = '{"tasks": [{"instruction": "x"}], "policy": {"version": "v1"}, ' + raw + "}"
+    resp = client.post("/rollouts", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and field in resp.text, resp.text
+
+
+def test_an_unknown_scenario_is_a_400_naming_its_task(api_tools) -> None:
+    """Checked against the tools service at submit (it was queued, then every sample failed)."""
+    client, threads = api_tools
+    tasks = [{"scenario": "empty"}, {"scenario": "no_such_scenario"}]
+    resp = client.post("/rollouts", json={"tasks": tasks, "policy": {"version": "v1"}})
+    assert resp.status_code == 400 and "tasks[1].scenario" in resp.text, resp.text
+    assert not threads  # nothing queued
