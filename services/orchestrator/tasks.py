@@ -9,8 +9,10 @@ database at import.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
 from typing import Any
+
+from celery.signals import worker_init
 
 from services.orchestrator.episode.runner import TASK_NAME, EpisodeStore, episode_queue
 from shared.jobs import JobRun, JobTask
@@ -25,16 +27,44 @@ def ping() -> str:
     return "pong"
 
 
-@lru_cache(maxsize=1)
+_database: Any = None
+_database_lock = threading.Lock()
+
+
 def worker_database() -> Any:
-    """The worker's own handle on the orchestrator's database, opened (and migrated) on first
-    use."""
+    """The worker's own handle on the orchestrator's database, opened (and migrated) once per
+    process. A lock, not ``lru_cache``: the thread pool's first tasks call this at the same
+    time, and two Alembic upgrades at once in one process clobber each other's context
+    (``KeyError('script')``, the task lost and its job left ``queued``)."""
+    global _database
+    if _database is None:
+        with _database_lock:
+            if _database is None:
+                from services.orchestrator.db import open_database
+                from shared.settings import get_settings
+
+                db = open_database(get_settings().database_url or "")
+                db.migrate()
+                _database = db
+    return _database
+
+
+@worker_init.connect
+def _migrate_before_tasks(sender: Any = None, **_: Any) -> None:
+    """Migrate once in the worker's main process before it takes a task (a prefork pool's
+    children then find the tables at head); the handle is closed, each process opens its own.
+    Another service's worker that imported this module is left alone."""
+    if getattr(sender, "app", None) is not celery:
+        return
     from services.orchestrator.db import open_database
     from shared.settings import get_settings
 
     db = open_database(get_settings().database_url or "")
-    db.migrate()
-    return db
+    try:
+        with _database_lock:
+            db.migrate()
+    finally:
+        db.close()
 
 
 def episode_job(job: JobRun) -> None:
