@@ -93,6 +93,22 @@ def outcome(preset: str, day: Day) -> Outcome | None:
     return None
 
 
+def served_model(base_url: str, api_key: str | None) -> str:
+    """The model an OpenAI-compatible endpoint serves (the first of its ``/models``): what an
+    installed agent is told to ask for when the episode names none (the model service serves
+    its own name, not ``k3``)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=30)
+        r.raise_for_status()
+        return str(r.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise RuntimeError(
+            f"policy.model not given and {base_url}/models names no model ({exc}); "
+            "give policy.model"
+        ) from None
+
+
 def run_in_sandbox(
     sandbox: Any, sandbox_id: str, inv: Invocation, timeout_s: float, pidfile: Path | None = None
 ) -> Day:
@@ -145,6 +161,7 @@ class InstalledEpisode:
         self._oracle_seen = -1
         self.sandbox_id = ""
         self._bundled: str | None = None  # Codex's catalogue, as its binary prints it
+        self.model: str | None = None  # the served model's name (set with the route)
 
     # -- policy endpoint -------------------------------------------------------------------------
 
@@ -162,6 +179,7 @@ class InstalledEpisode:
             return Route("", None, self.steps.append, agent=agent, answer=self.oracle.respond)
         base = spec.base_url or self.r.svc.model.openai_base_url
         key = spec.api_key or self.r.svc.settings.model.api_key
+        self.model = spec.model or served_model(base, key)
         return Route(
             base, key, self.steps.append, self.harness.budgets.max_output_tokens, agent=agent
         )  # fmt: skip
@@ -213,7 +231,7 @@ class InstalledEpisode:
                     reason = Outcome.max_wall_s
                     break
                 day = self._day(endpoint, prompt, mcp, state, left)
-                bad = outcome(self.preset, day)
+                bad = outcome(self.preset, day) or self._policy_refused(state)
                 self._record_day(state, day, bad)
                 if bad:
                     reason = bad
@@ -224,7 +242,7 @@ class InstalledEpisode:
                     break
                 prompt = notice
         state.exit_reason = reason.value
-        state.exit_detail = self._detail(state)
+        state.exit_detail = state.exit_detail or self._detail(state)
         r.score_and_finish(state, world)  # the status and the scoring: the outcome's (stop.py)
 
     def _sandbox(self, state: EpisodeState, gateway: str) -> dict[str, str]:
@@ -260,7 +278,9 @@ class InstalledEpisode:
         return {name: guest[dest] for name, dest in dests.items()}
 
     def _model_name(self) -> str:
-        return self.request.policy.model or "k3"
+        """The policy's model: the one named, else the one its endpoint serves (the oracle
+        answers any name)."""
+        return self.model or self.request.policy.model or "k3"
 
     def _task_prompt(self, scenario: dict[str, Any], now: datetime) -> str:
         user = scenario["user"]
@@ -360,6 +380,20 @@ class InstalledEpisode:
             f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {len(fired)} new item(s) "
             "arrived. Check mail, chat and calendar and handle what needs handling."
         )
+
+    def _policy_refused(self, state: EpisodeState) -> Outcome | None:
+        """``policy_error`` when the day's last model call was refused (a 4xx or 5xx from the
+        policy, other than the CLI hanging up): the CLI reports it and ends its turn, yet the
+        day did not end normally. Before the day's exchanges are recorded."""
+        last = self.steps[-1] if self.steps else None
+        if last is None or int(last.get("status") or 0) < 400 or last.get("client_gone"):
+            return None
+        answer = last.get("response") or last.get("error") or ""
+        state.exit_detail = (
+            f"day {state.day}: the policy answered {last['status']} to the agent's model call: "
+            f"{json.dumps(answer)[:500] if not isinstance(answer, str) else answer[:500]}"
+        )
+        return Outcome.policy_error
 
     @staticmethod
     def _detail(state: EpisodeState) -> str:
