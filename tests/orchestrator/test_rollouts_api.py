@@ -157,3 +157,32 @@ def test_an_unknown_scenario_is_a_400_naming_its_task(api_tools) -> None:
     resp = client.post("/rollouts", json={"tasks": tasks, "policy": {"version": "v1"}})
     assert resp.status_code == 400 and "tasks[1].scenario" in resp.text, resp.text
     assert not threads  # nothing queued
+
+
+def test_missing_logprobs_are_null_and_atif_names_the_versions_that_made_the_tokens(api) -> None:
+    """An endpoint that returns no logprobs: the export has null for them (it padded 0.0, which
+    a trainer reads as probability 1), and ATIF leaves them out; after a bump to v2 the samples
+    that ran under v1 alone are labelled v1 (they were labelled with the batch's latest)."""
+    from shared.trajectory.atif import validate_atif
+
+    client, threads = api
+    with serve(endpoint(logprobs=False)) as url:
+        body = {"tasks": [{"instruction": "turns=2"}], "samples_per_task": 2, "harness": "codex",
+                "policy": {"base_url": f"{url}/v1", "version": "v1", "temperature": 0}}  # fmt: skip
+        resp = client.post("/rollouts", json=body)
+        assert resp.status_code == 202, resp.text
+        rid = resp.json()["id"]
+        for t in list(threads):
+            t.join(timeout=120)
+    assert client.get(f"/rollouts/{rid}").json()["counts"] == {"finished": 2}
+    bump = client.post(f"/rollouts/{rid}/iterate", json={"policy": {"version": "v2"}})
+    assert bump.status_code == 200 and bump.json()["policy"]["version"] == "v2", bump.text
+    for line in client.get(f"/rollouts/{rid}/export").text.splitlines():
+        toks = json.loads(line)["tokens"]
+        assert sum(toks["loss_mask"]) > 0 and set(toks["logprobs"]) == {None}, toks["logprobs"]
+    for line in client.get(f"/rollouts/{rid}/export", params={"format": "atif"}).text.splitlines():
+        doc = json.loads(line)
+        validate_atif(doc)
+        assert doc["agent"]["version"] == "v1", doc["agent"]
+        agent = [s for s in doc["steps"] if s["source"] == "agent"]
+        assert agent and not any("logprobs" in s["metrics"] for s in agent)
