@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
+from services.orchestrator.admission import check_task
 from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
@@ -17,7 +18,7 @@ from services.orchestrator.harness.memory import harness_skills, memory_problem
 from services.orchestrator.report import render_report
 from services.orchestrator.tools.builtin import UnknownTools, check_tool_names
 from shared.contracts.orchestrator import HarnessFidelity
-from shared.errors import APIError, bad_request, not_found
+from shared.errors import bad_request, not_found
 from shared.trajectory import Trajectory
 
 router = APIRouter(tags=["episodes"])
@@ -40,27 +41,12 @@ def _check_request(body: EpisodeCreate, request: Request) -> HarnessConfig:
         harness_skills(harness, settings.data_dir)
     except ValueError as exc:
         raise bad_request(f"harness: {body.harness}: skills_dirs: {exc}") from None
-    from shared.clients import ServiceError
-
-    svc = request.app.state.services
-    if body.task.scenario:
-        try:
-            svc.tools.scenario(body.task.scenario)
-        except ServiceError as exc:
-            if exc.status == 404:
-                raise bad_request(
-                    f"task.scenario: unknown scenario {body.task.scenario!r}"
-                ) from None
-            raise APIError(503, "tools_unavailable", f"tools service: {exc}") from None
-    if body.task.sandbox_template:
-        try:
-            svc.sandbox.template(body.task.sandbox_template)
-        except ServiceError as exc:
-            if exc.status == 404:
-                raise bad_request(
-                    f"task.sandbox_template: unknown template {body.task.sandbox_template!r}"
-                ) from None
-            raise APIError(503, "sandbox_unavailable", f"sandbox service: {exc}") from None
+    if harness.kind == "installed" and not body.task.scenario:
+        raise bad_request(
+            f"task.scenario: the installed harness {body.harness!r} runs its CLI against a "
+            "scenario's world; give task.scenario"
+        )
+    check_task(request.app.state.services, body.task)
     return harness
 
 

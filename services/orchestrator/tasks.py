@@ -1,22 +1,31 @@
-"""Celery tasks of the orchestrator service; workers run `celery -A services.orchestrator.tasks worker -Q orchestrator`.
+"""The orchestrator's Celery app, the one module of its tasks; workers run
+`celery -A services.orchestrator.tasks worker -Q orchestrator,rollouts`.
 
 An episode is a job of the shared job model (``shared/jobs.py``): ``orchestrator.run_episode``
 is a :class:`~shared.jobs.JobTask` whose message carries the episode id; the task claims the
 episode's row, keeps its heartbeat and hands the claimed run to the episode runner, which
-commits after every step and writes the outcome. Nothing here reads a setting or opens the
-database at import.
+commits after every step and writes the outcome. A rollout sample is the same kind of task on
+the rollouts queue (its body: :mod:`services.orchestrator.rollouts.tasks`). Nothing here reads
+a setting or opens the database at import; the worker migrates once before it takes a task.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
+from celery.signals import worker_init
+
 from services.orchestrator.episode.runner import TASK_NAME, EpisodeStore, episode_queue
+from services.orchestrator.rollouts.service import TASK_NAME as SAMPLE_TASK_NAME
+from services.orchestrator.rollouts.service import SampleStore, rollout_queue
+from services.orchestrator.rollouts.tasks import sample_job
+from services.orchestrator.worker import migrate_once, worker_database
 from shared.jobs import JobRun, JobTask
 from shared.queue import make_celery
 
 celery = make_celery("orchestrator")
+
+__all__ = ["celery", "enqueue_episode", "enqueue_rollout_sample", "worker_database"]
 
 
 @celery.task(name="orchestrator.ping")
@@ -25,16 +34,12 @@ def ping() -> str:
     return "pong"
 
 
-@lru_cache(maxsize=1)
-def worker_database() -> Any:
-    """The worker's own handle on the orchestrator's database, opened (and migrated) on first
-    use."""
-    from services.orchestrator.db import open_database
-    from shared.settings import get_settings
-
-    db = open_database(get_settings().database_url or "")
-    db.migrate()
-    return db
+@worker_init.connect
+def _migrate_before_tasks(sender: Any = None, **_: Any) -> None:
+    """Migrate once in the worker's main process before it takes a task; another service's
+    worker that imported this module is left alone."""
+    if getattr(sender, "app", None) is celery:
+        migrate_once()
 
 
 def episode_job(job: JobRun) -> None:
@@ -49,6 +54,9 @@ def episode_job(job: JobRun) -> None:
 run_episode = celery.task(base=JobTask, name=TASK_NAME, job_store=EpisodeStore(worker_database))(
     episode_job
 )
+run_rollout_sample = celery.task(
+    base=JobTask, name=SAMPLE_TASK_NAME, job_store=SampleStore(worker_database)
+)(sample_job)
 
 
 def enqueue_episode(episode_id: str) -> None:
@@ -56,8 +64,6 @@ def enqueue_episode(episode_id: str) -> None:
     run_episode.apply_async(args=[episode_id], task_id=episode_id, queue=episode_queue())
 
 
-# Rollout samples (issue 22): one task per sample on the rollouts queue.
-from services.orchestrator.rollouts.tasks import enqueue_with, register  # noqa: E402
-
-run_rollout_sample = register(celery, worker_database)
-enqueue_rollout_sample = enqueue_with(run_rollout_sample)
+def enqueue_rollout_sample(sample_id: str) -> None:
+    """Send a sample's task to the rollouts queue (``K3STACK_ORCHESTRATOR__ROLLOUT_QUEUE``)."""
+    run_rollout_sample.apply_async(args=[sample_id], task_id=sample_id, queue=rollout_queue())

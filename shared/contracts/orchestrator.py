@@ -38,8 +38,14 @@ class PlatformStatus(BaseModel):
 # --- episodes ------------------------------------------------------------------------------
 
 
+MAX_WALL_S = 6 * 24 * 3600  # an installed agent's sandbox lives this + 10 min (at most 7 days)
+MAX_TOKENS = 10**10
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields, Infinity and NaN are refused (a budget of Infinity never ends)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TaskSpec(_Strict):
@@ -77,21 +83,26 @@ class PolicySpec(_Strict):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL with a host: {v[:200]!r}")
+        return http_url(v)
+
+
+def http_url(v: str | None) -> str | None:
+    """``v`` when it is an http(s) URL with a host (a policy endpoint's base URL)."""
+    if v is None:
         return v
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL with a host: {v[:200]!r}")
+    return v
 
 
 class BudgetOverrides(_Strict):
     max_steps: int | None = Field(None, ge=1, le=100_000)
-    max_tokens: int | None = Field(None, ge=1)
-    max_wall_s: float | None = Field(None, gt=0)
-    steps_per_day: int | None = Field(None, ge=1)
-    max_output_tokens: int | None = Field(None, ge=1)
-    tool_timeout_s: float | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_wall_s: float | None = Field(None, gt=0, le=MAX_WALL_S)
+    steps_per_day: int | None = Field(None, ge=1, le=100_000)
+    max_output_tokens: int | None = Field(None, ge=1, le=10_000_000)
+    tool_timeout_s: float | None = Field(None, gt=0, le=MAX_WALL_S)
 
 
 class EpisodeCreate(_Strict):
@@ -100,10 +111,13 @@ class EpisodeCreate(_Strict):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     budgets: BudgetOverrides = Field(default_factory=BudgetOverrides)
     context_window: int | None = Field(
-        None, ge=256, description="Override the context window (default: the model's)."
+        None,
+        ge=256,
+        le=MAX_TOKENS,
+        description="Override the context window (default: the model's).",
     )
     context_headroom: int | None = Field(
-        None, ge=1,
+        None, ge=1, le=MAX_TOKENS,
         description="Hold the window just large enough that compaction fires this many tokens "
         "above the fixed context (system prompt, task and tool schemas, as counted); never "
         "larger than the window otherwise used. For short episodes that compact (the demo).",

@@ -30,7 +30,10 @@ def render(messages: list[dict[str, Any]], generation: bool) -> list[int]:
     return ids + ([SPECIAL["assistant"]] if generation else [])
 
 
-def endpoint(gate: Callable[[int, str], None] | None = None, long_text: int = 0) -> FastAPI:
+def endpoint(
+    gate: Callable[[int, str], None] | None = None, long_text: int = 0, logprobs: bool = True
+) -> FastAPI:
+    """``logprobs=False``: an endpoint that returns none (as some servers do)."""
     app = FastAPI()
     app.state.prompts = []
 
@@ -67,11 +70,11 @@ def endpoint(gate: Callable[[int, str], None] | None = None, long_text: int = 0)
             ids, finish = ids[: body["max_tokens"]], "length"
         else:
             ids.append(END)
+        lps = {"token_logprobs": [-0.01 * (i % 7) for i in ids]} if logprobs else None
         return {
             "id": "cmpl-1", "object": "text_completion", "model": "scripted",
             "choices": [{"index": 0, "text": bytes(i for i in ids if i < 256).decode(),
-                         "finish_reason": finish, "token_ids": ids,
-                         "logprobs": {"token_logprobs": [-0.01 * (i % 7) for i in ids]}}],
+                         "finish_reason": finish, "token_ids": ids, "logprobs": lps}],
         }  # fmt: skip
 
     return app

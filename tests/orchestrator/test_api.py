@@ -127,10 +127,37 @@ def test_every_preset_reaches_the_oracle_score(api, tools_url, preset: str) -> N
         ({"task": {"scenario": SCENARIO}, "memory": {"CLAUDE.md": "x" * 5_000_000}}, "memory"),
         ({"task": {"scenario": SCENARIO}, "memory": {"NOTES.md": "x"}}, "memory.NOTES.md"),
         ({"task": {"scenario": SCENARIO}, "memory": {"CLAUDE.md": "x" * 25_001}}, "25,000"),
+        ({"task": {"scenario": SCENARIO}, "budgets": {"max_wall_s": 1e308}}, "budgets.max_wall_s"),
+        ({"task": {"scenario": SCENARIO}, "budgets": {"tool_timeout_s": 1e12}},
+         "budgets.tool_timeout_s"),
+        ({"task": {"scenario": SCENARIO}, "budgets": {"max_tokens": 10**15}}, "budgets.max_tokens"),
+        ({"task": {"scenario": SCENARIO}, "budgets": {"steps_per_day": 10**9}},
+         "budgets.steps_per_day"),
+        ({"task": {"scenario": SCENARIO}, "context_window": 10**15}, "context_window"),
+        ({"task": {"instruction": "hi"}, "harness": "claude-code-cli"}, "task.scenario"),
+        ({"task": {"instruction": "hi"}, "harness": "codex-cli"}, "task.scenario"),
     ],
 )  # fmt: skip
 def test_bad_input_is_a_400_naming_the_field(api, body: dict, field: str) -> None:
     resp = api.post("/episodes", json=body)
+    assert resp.status_code == 400, resp.text
+    assert field in resp.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('"budgets": {"max_wall_s": Infinity}', "budgets.max_wall_s"),
+        ('"budgets": {"tool_timeout_s": NaN}', "budgets.tool_timeout_s"),
+        ('"policy": {"temperature": NaN}', "policy.temperature"),
+        ('"policy": {"timeout_s": Infinity}', "policy.timeout_s"),
+    ],
+)
+def test_infinity_and_nan_are_a_400_naming_the_field(api, raw: str, field: str) -> None:
+    """JSON's non-standard Infinity / NaN (Python's json reads them): a wall budget that never
+    ends is refused at the door, not queued."""
+    body = '{"task": {"scenario": "' + SCENARIO + '"}, ' + raw + "}"
+    resp = api.post("/episodes", content=body, headers={"content-type": "application/json"})
     assert resp.status_code == 400, resp.text
     assert field in resp.json()["message"]
 

@@ -62,16 +62,20 @@ def test_real_cli_on_the_tiny_model_runs_its_day_and_is_scored(orch_db, agent_se
     episode_id = _episode(orch_db, tiny_long, max_output_tokens=8, steps_per_day=1, max_wall_s=240)
     EpisodeRunner(orch_db, agent_services, episode_id).run()
     row = _row(orch_db, episode_id)
-    assert row.status == "succeeded", (row.error_code, row.error_message)
-    assert row.result["events_total"] > 0 and row.resources_released
+    assert row.result["events_total"] > 0 and row.resources_released  # scored either way
     doc = trajectory(orch_db, episode_id)
     days = [i for i in doc["items"] if i["kind"] == "agent_day"]
-    assert days and days[0]["outcome"] == "turn_ended", days[:1]
     exchanges = [i for i in doc["items"] if i["kind"] == "exchange"]
     # with the world's 46 MCP tools the prompt may pass the tiny model's context: a 400 the CLI
-    # reports and ends its turn on, never a 5xx nor a crash
+    # reports and ends its turn on (the day then ends policy_error, the job failed, named),
+    # never a 5xx nor a crash
     assert exchanges and all(x["status"] < 500 for x in exchanges)
-    assert all(d["outcome"] == "turn_ended" for d in days), days
+    refused = exchanges[-1]["status"] >= 400
+    assert (row.status, row.error_code) == (
+        ("failed", "policy_error") if refused else ("succeeded", None)
+    ), row.error_message
+    assert days and all(d["outcome"] == "turn_ended" for d in days[:-1]), days
+    assert days[-1]["outcome"] == ("policy_error" if refused else "turn_ended"), days
     assert all(x["request"]["max_tokens"] == 8 for x in exchanges if x["api"] == "messages")
     atif = to_atif(to_shared(doc))
     agent = AGENTS["claude-code-cli"]

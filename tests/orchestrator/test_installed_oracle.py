@@ -39,6 +39,8 @@ def test_real_cli_driven_by_the_oracle_scores_every_event(
 ):
     row, doc = _run(orch_db, agent_services, preset)
     assert row.status == "succeeded", (row.error_code, row.error_message)
+    # the whole scenario, not a budget (agent_timeout: the CLI was killed at max_wall_s)
+    assert row.result["exit_reason"] == "scenario_end", row.result
     passed, total = oracle_score(tools_url, SCENARIO, 0)
     assert (row.result["events_passed"], row.result["events_total"]) == (passed, total)
     assert passed == total

@@ -32,3 +32,21 @@ def test_episodes_go_to_the_renamed_queue(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     body = json.loads(out.stdout.strip().splitlines()[-1])
     assert body["counts"] == {"episodes_blue": 1, "orchestrator": 0}
+
+
+def test_one_celery_app_module_and_no_import_circle(tmp_path: Path) -> None:
+    """The sample task's body imports neither Celery app module (no circle hidden behind a
+    late E402 import); the one app module registers both job tasks."""
+    probe = (
+        "import sys\n"
+        "import services.orchestrator.rollouts.tasks\n"
+        "assert 'services.orchestrator.tasks' not in sys.modules, 'circle'\n"
+        "from services.orchestrator.tasks import celery\n"
+        "print(sorted(n for n in celery.tasks if n.startswith('orchestrator.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env=service_env(tmp_path),
+                         cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "orchestrator.run_episode" in out.stdout and "run_rollout_sample" in out.stdout
+    source = (REPO / "services" / "orchestrator" / "tasks.py").read_text()
+    assert "E402" not in source

@@ -18,12 +18,22 @@ from tests.orchestrator.rollout_endpoint import endpoint
 
 @pytest.fixture
 def api(tmp_path, monkeypatch) -> Iterator[tuple[TestClient, list[threading.Thread]]]:
+    yield from _api(tmp_path, monkeypatch, "http://127.0.0.1:9")
+
+
+@pytest.fixture
+def api_tools(tmp_path, monkeypatch, tools_url) -> Iterator[tuple[TestClient, list]]:
+    """The API with the real tools service (scenarios are checked there at submit)."""
+    yield from _api(tmp_path, monkeypatch, tools_url)
+
+
+def _api(tmp_path, monkeypatch, tools_url: str) -> Iterator[tuple[TestClient, list]]:
     from services.orchestrator.app import create_app
     from services.orchestrator.rollouts.tasks import run_inline
     from shared.settings import get_settings
 
     for key, value in {
-        "K3STACK_TOOLS__URL": "http://127.0.0.1:9", "K3STACK_MODEL__URL": "http://127.0.0.1:9",
+        "K3STACK_TOOLS__URL": tools_url, "K3STACK_MODEL__URL": "http://127.0.0.1:9",
         "K3STACK_SANDBOX__URL": "http://127.0.0.1:9",
         "K3STACK_DATABASE_URL": f"sqlite:///{tmp_path}/orch.db",
         "K3STACK_ORCHESTRATOR__REAPER_INTERVAL_S": "0",
@@ -77,6 +87,10 @@ def test_batch_over_http(api) -> None:
         ({"effort": "extreme"}, "effort"),
         ({"budgets": {"effort_budgets": {"low": -5}}}, "effort_budgets"),
         ({"harness": "no-such-harness"}, "harness"),
+        ({"policy": {"version": "v1", "base_url": "not a url"}}, "policy.base_url"),
+        ({"policy": {"version": "v1", "base_url": "ftp://host/v1"}}, "policy.base_url"),
+        ({"harness": "claude-code-cli"}, "installed agent"),
+        ({"harness": "codex-cli"}, "installed agent"),
     ],
 )
 def test_bad_input_is_a_4xx_naming_it(api, patch, needle) -> None:
@@ -93,3 +107,82 @@ def test_unknown_rollout_is_404(api) -> None:
     assert client.get("/rollouts/ro_nope/export", params={"format": "csv"}).status_code == 400
     body = {"policy": {"version": "v2"}}
     assert client.post("/rollouts/ro_nope/iterate", json=body).status_code == 404
+
+
+def test_a_sample_whose_policy_fails_is_failed_not_succeeded(api) -> None:
+    """A policy endpoint that refuses every call: each sample ends ``policy_error``, phase
+    ``failed`` and job ``failed`` with that code (it was ``finished`` / ``succeeded``)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    broken = FastAPI()
+
+    @broken.post("/v1/{path:path}")
+    def refuse(path: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+
+    client, threads = api
+    with serve(broken) as url:
+        body = {"tasks": [{"instruction": "turns=1"}], "samples_per_task": 2,
+                "policy": {"base_url": f"{url}/v1", "version": "v1"}}  # fmt: skip
+        resp = client.post("/rollouts", json=body)
+        assert resp.status_code == 202, resp.text
+        for t in list(threads):
+            t.join(timeout=120)
+    view = client.get(f"/rollouts/{resp.json()['id']}").json()
+    assert view["counts"] == {"failed": 2}, view
+    for sample in view["samples"]:
+        assert (sample["status"], sample["exit_reason"]) == ("failed", "policy_error"), sample
+        assert "503" in (sample["error"] or ""), sample
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('"lam": NaN', "lam"),
+        ('"policy": {"version": "v1", "temperature": NaN}', "policy.temperature"),
+    ],
+)
+def test_nan_is_a_400_naming_the_field(api, raw: str, field: str) -> None:
+    client, _ = api
+    body = '{"tasks": [{"instruction": "x"}], "policy": {"version": "v1"}, ' + raw + "}"
+    resp = client.post("/rollouts", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and field in resp.text, resp.text
+
+
+def test_an_unknown_scenario_is_a_400_naming_its_task(api_tools) -> None:
+    """Checked against the tools service at submit (it was queued, then every sample failed)."""
+    client, threads = api_tools
+    tasks = [{"scenario": "empty"}, {"scenario": "no_such_scenario"}]
+    resp = client.post("/rollouts", json={"tasks": tasks, "policy": {"version": "v1"}})
+    assert resp.status_code == 400 and "tasks[1].scenario" in resp.text, resp.text
+    assert not threads  # nothing queued
+
+
+def test_missing_logprobs_are_null_and_atif_names_the_versions_that_made_the_tokens(api) -> None:
+    """An endpoint that returns no logprobs: the export has null for them (it padded 0.0, which
+    a trainer reads as probability 1), and ATIF leaves them out; after a bump to v2 the samples
+    that ran under v1 alone are labelled v1 (they were labelled with the batch's latest)."""
+    from shared.trajectory.atif import validate_atif
+
+    client, threads = api
+    with serve(endpoint(logprobs=False)) as url:
+        body = {"tasks": [{"instruction": "turns=2"}], "samples_per_task": 2, "harness": "codex",
+                "policy": {"base_url": f"{url}/v1", "version": "v1", "temperature": 0}}  # fmt: skip
+        resp = client.post("/rollouts", json=body)
+        assert resp.status_code == 202, resp.text
+        rid = resp.json()["id"]
+        for t in list(threads):
+            t.join(timeout=120)
+    assert client.get(f"/rollouts/{rid}").json()["counts"] == {"finished": 2}
+    bump = client.post(f"/rollouts/{rid}/iterate", json={"policy": {"version": "v2"}})
+    assert bump.status_code == 200 and bump.json()["policy"]["version"] == "v2", bump.text
+    for line in client.get(f"/rollouts/{rid}/export").text.splitlines():
+        toks = json.loads(line)["tokens"]
+        assert sum(toks["loss_mask"]) > 0 and set(toks["logprobs"]) == {None}, toks["logprobs"]
+    for line in client.get(f"/rollouts/{rid}/export", params={"format": "atif"}).text.splitlines():
+        doc = json.loads(line)
+        validate_atif(doc)
+        assert doc["agent"]["version"] == "v1", doc["agent"]
+        agent = [s for s in doc["steps"] if s["source"] == "agent"]
+        assert agent and not any("logprobs" in s["metrics"] for s in agent)

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from services.orchestrator.episode.journal import current_state
 from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
-from services.orchestrator.episode.stop import StopReason
+from services.orchestrator.episode.stop import Outcome
 
 FORMAT = "k3stack.trajectory/orchestrator-1"
 
@@ -162,7 +162,7 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
         elif status == "failed":
             traj.finish("error", reason=doc.get("error_message"), reward=meta.reward)
         else:
-            exit_status = StopReason(reason or "completed").trajectory_exit
+            exit_status = Outcome.of(reason).trajectory_exit
             traj.finish(exit_status, reason=reason, reward=meta.reward)  # type: ignore[arg-type]
     return traj
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from services.orchestrator.context.compaction import Compactor, calls_paired
 from services.orchestrator.episode.policy import Turn, View
 from services.orchestrator.episode.state import ClockTarget, EpisodeState
-from services.orchestrator.episode.stop import StopReason
+from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.harness.config import HarnessConfig
 from services.orchestrator.tools.base import Tool, ToolFailure, ToolSet, parse_arguments
 from services.orchestrator.tools.builtin import ToolContext
@@ -127,7 +127,7 @@ class Loop:
             return
         reason = self._over_budget()
         if reason:
-            if reason is StopReason.policy_error:
+            if reason is Outcome.policy_error:
                 s.exit_detail = s.policy_error
             self.finish(reason)
             return
@@ -151,21 +151,21 @@ class Loop:
                 return
             self._execute_next()
 
-    def finish(self, reason: StopReason) -> None:
-        self.s.exit_reason = StopReason(reason).value
+    def finish(self, reason: Outcome) -> None:
+        self.s.exit_reason = Outcome(reason).value
         self.s.phase = "scoring"
 
-    def _over_budget(self) -> StopReason | None:
+    def _over_budget(self) -> Outcome | None:
         b = self.rt.harness.budgets
         s = self.s
         if s.step >= b.max_steps:
-            return StopReason.max_steps
+            return Outcome.max_steps
         if s.usage.total >= b.max_tokens:
-            return StopReason.max_tokens
+            return Outcome.max_tokens
         if s.wall_s >= b.max_wall_s:
-            return StopReason.max_wall_s
+            return Outcome.max_wall_s
         if s.policy_failures >= MAX_POLICY_FAILURES:
-            return StopReason.policy_error
+            return Outcome.policy_error
         return None
 
     # -- model --------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ class Loop:
         s, w = self.s, self.rt.world
         if w is None:
             s.turn_ended = False
-            self.finish(StopReason.completed)
+            self.finish(Outcome.completed)
             return
         plan = s.clock_target
         if plan is None:
@@ -340,7 +340,7 @@ class Loop:
             if before < w.end:
                 w.client.advance(w.id, to=w.end.isoformat())
                 self._clock_item(before, w.end)
-            self.finish(StopReason.scenario_end)
+            self.finish(Outcome.scenario_end)
             return
         out = w.client.advance(w.id, to=target.isoformat())
         s.day = (target.date() - w.start.date()).days + 1

@@ -31,7 +31,7 @@ from services.orchestrator.episode.policy import OpenAIPolicy, OraclePolicy
 from services.orchestrator.episode.protocols import Policy
 from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.state import EpisodeState, WorldLease, initial_state
-from services.orchestrator.episode.stop import StopReason
+from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.harness.config import HarnessConfig, load_harness
 from services.orchestrator.harness.memory import harness_skills, memory_context
 from services.orchestrator.harness.prompt import render_system_prompt
@@ -216,7 +216,7 @@ class EpisodeRunner:
             while not loop.done:
                 loop.tick()
                 self._persist(state)
-            self._score_and_finish(request, rt, state)
+            self.score_and_finish(state, rt.world)
         except JobCancelled:
             log.info("episode %s stopped: cancelled or taken over", self.id)
         except ContextTooSmall as exc:
@@ -453,15 +453,18 @@ class EpisodeRunner:
 
     # -- finish --------------------------------------------------------------------------------
 
-    def _score_and_finish(self, request: EpisodeCreate, rt: Runtime, state: EpisodeState) -> None:
+    def score_and_finish(self, state: EpisodeState, world: World | None) -> None:
+        """Score the world (when the run's outcome is scored), then end the job in the status
+        its outcome maps to (:mod:`~services.orchestrator.episode.stop`), the outcome named."""
+        reason = Outcome.of(state.exit_reason)
         result: dict[str, Any] = {
-            "exit_reason": state.exit_reason,
+            "exit_reason": reason.value,
             "exit_detail": state.exit_detail,
         }
         reward = None
-        if rt.world is not None:
-            checks = self.svc.tools.checks(rt.world.id).model_dump(mode="json")
-            world_state = self.svc.tools.state(rt.world.id, tables=False).model_dump(mode="json")
+        if world is not None and reason.scored:
+            checks = self.svc.tools.checks(world.id).model_dump(mode="json")
+            world_state = self.svc.tools.state(world.id, tables=False).model_dump(mode="json")
             total = checks["events_total"] or 0
             reward = checks["events_passed"] / total if total else 0.0
             result.update(
@@ -486,8 +489,7 @@ class EpisodeRunner:
                 .where(EpisodeRow.id == self.id, EpisodeRow.owner == self.owner)
                 .values(reward=reward, updated_at=now_utc())
             )
-        reason = StopReason(state.exit_reason or StopReason.completed)
-        if reason.job_status == "failed":  # scored, but a failed job: it says why
+        if reason.failed:  # scored, but a failed job: it says why
             detail = state.exit_detail or reason.value
             if not self.store.fail(self.id, self.owner, reason.value, str(detail)[:2000]):
                 raise JobCancelled(self.id)

@@ -67,7 +67,7 @@ class EpisodeState(_Strict):
     scratch: dict[str, Any] = Field(default_factory=dict)  # the state tools' (todos, memory)
     cursor: dict[str, Any] = Field(default_factory=dict)  # the policy's own
     wall_s: float = 0.0
-    exit_reason: str | None = None  # a StopReason, or a rollout's / installed agent's outcome
+    exit_reason: str | None = None  # an Outcome (episode/stop.py): every driver's, one closed set
     exit_detail: str | None = None
     phase: Phase = "loop"
     clock: str | None = None  # the world clock after the last move (ISO)

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from services.orchestrator.episode.state import EpisodeState, WorldLease
+from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.gateway import Route, Routes, serving
 from services.orchestrator.installed.catalog import AGENTS, Agent, require
 from services.orchestrator.installed.launch import (
@@ -79,17 +80,33 @@ def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
     return events, garbage
 
 
-def outcome(preset: str, day: Day) -> str | None:
+def outcome(preset: str, day: Day) -> Outcome | None:
     """None when the CLI ended its turn itself; else the named way the day went wrong."""
     if day.timed_out:
-        return "agent_timeout"
+        return Outcome.agent_timeout
     if day.returncode is not None and day.returncode < 0:
-        return "agent_crashed"
+        return Outcome.agent_crashed
     if day.garbage:
-        return "agent_garbage"
+        return Outcome.agent_garbage
     if not day.events or day.events[-1].get("type") not in ENDS[preset]:
-        return "agent_failed"
+        return Outcome.agent_failed
     return None
+
+
+def served_model(base_url: str, api_key: str | None) -> str:
+    """The model an OpenAI-compatible endpoint serves (the first of its ``/models``): what an
+    installed agent is told to ask for when the episode names none (the model service serves
+    its own name, not ``k3``)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(f"{base_url.rstrip('/')}/models", headers=headers, timeout=30)
+        r.raise_for_status()
+        return str(r.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise RuntimeError(
+            f"policy.model not given and {base_url}/models names no model ({exc}); "
+            "give policy.model"
+        ) from None
 
 
 def run_in_sandbox(
@@ -144,6 +161,7 @@ class InstalledEpisode:
         self._oracle_seen = -1
         self.sandbox_id = ""
         self._bundled: str | None = None  # Codex's catalogue, as its binary prints it
+        self.model: str | None = None  # the served model's name (set with the route)
 
     # -- policy endpoint -------------------------------------------------------------------------
 
@@ -161,6 +179,7 @@ class InstalledEpisode:
             return Route("", None, self.steps.append, agent=agent, answer=self.oracle.respond)
         base = spec.base_url or self.r.svc.model.openai_base_url
         key = spec.api_key or self.r.svc.settings.model.api_key
+        self.model = spec.model or served_model(base, key)
         return Route(
             base, key, self.steps.append, self.harness.budgets.max_output_tokens, agent=agent
         )  # fmt: skip
@@ -191,7 +210,7 @@ class InstalledEpisode:
         routes.add(r.id, self._route(world))
         deadline = time.monotonic() + self.harness.budgets.max_wall_s
         prompt = self._task_prompt(scenario, world.now())
-        reason: str | None = None
+        reason = Outcome.agent_failed
         with serving(routes) as gateway:
             at = self._sandbox(state, gateway)
             r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
@@ -209,27 +228,22 @@ class InstalledEpisode:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    reason = "max_wall_s"
+                    reason = Outcome.max_wall_s
                     break
                 day = self._day(endpoint, prompt, mcp, state, left)
-                bad = outcome(self.preset, day)
+                bad = outcome(self.preset, day) or self._policy_refused(state)
                 self._record_day(state, day, bad)
                 if bad:
                     reason = bad
                     break
                 notice = self._advance(world, state)
                 if notice is None:
-                    reason = "scenario_end"
+                    reason = Outcome.scenario_end
                     break
                 prompt = notice
-        state.exit_reason = reason
-        if reason in ("scenario_end", "max_wall_s", "agent_timeout"):  # budgets: scored
-            from types import SimpleNamespace
-
-            r._score_and_finish(self.request, SimpleNamespace(world=world), state)
-        else:
-            r._persist(state)
-            r.store.fail(r.id, r.owner, reason or "agent_failed", self._detail(state))
+        state.exit_reason = reason.value
+        state.exit_detail = state.exit_detail or self._detail(state)
+        r.score_and_finish(state, world)  # the status and the scoring: the outcome's (stop.py)
 
     def _sandbox(self, state: EpisodeState, gateway: str) -> dict[str, str]:
         """The episode's sandbox, its network the gateway and the tools service only; returns
@@ -264,7 +278,9 @@ class InstalledEpisode:
         return {name: guest[dest] for name, dest in dests.items()}
 
     def _model_name(self) -> str:
-        return self.request.policy.model or "k3"
+        """The policy's model: the one named, else the one its endpoint serves (the oracle
+        answers any name)."""
+        return self.model or self.request.policy.model or "k3"
 
     def _task_prompt(self, scenario: dict[str, Any], now: datetime) -> str:
         user = scenario["user"]
@@ -320,7 +336,7 @@ class InstalledEpisode:
             self._bundled = out.stdout
         return self._bundled
 
-    def _record_day(self, state: EpisodeState, day: Day, bad: str | None) -> None:
+    def _record_day(self, state: EpisodeState, day: Day, bad: Outcome | None) -> None:
         r = self.r
         for ev in day.events:
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
@@ -331,7 +347,7 @@ class InstalledEpisode:
         self.steps.clear()
         state.days_run += 1
         r._emit("agent_day", {
-            "day": state.day, "returncode": day.returncode, "outcome": bad or "turn_ended",
+            "day": state.day, "returncode": day.returncode, "outcome": bad.value if bad else "turn_ended",
             "wall_s": round(day.wall_s, 3), "events": len(day.events), "garbage": day.garbage[:5],
             "last_event": day.events[-1] if day.events else None, "stderr_tail": day.stderr_tail,
         })  # fmt: skip
@@ -364,6 +380,20 @@ class InstalledEpisode:
             f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {len(fired)} new item(s) "
             "arrived. Check mail, chat and calendar and handle what needs handling."
         )
+
+    def _policy_refused(self, state: EpisodeState) -> Outcome | None:
+        """``policy_error`` when the day's last model call was refused (a 4xx or 5xx from the
+        policy, other than the CLI hanging up): the CLI reports it and ends its turn, yet the
+        day did not end normally. Before the day's exchanges are recorded."""
+        last = self.steps[-1] if self.steps else None
+        if last is None or int(last.get("status") or 0) < 400 or last.get("client_gone"):
+            return None
+        answer = last.get("response") or last.get("error") or ""
+        state.exit_detail = (
+            f"day {state.day}: the policy answered {last['status']} to the agent's model call: "
+            f"{json.dumps(answer)[:500] if not isinstance(answer, str) else answer[:500]}"
+        )
+        return Outcome.policy_error
 
     @staticmethod
     def _detail(state: EpisodeState) -> str:

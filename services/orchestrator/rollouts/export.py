@@ -3,11 +3,14 @@ sample, validated against ``shared/trajectory``'s schema).
 
 Token ids are stored once. JSONL: each sample's ``tokens.ids`` is the whole sequence (the last
 prompt plus the last completion), with parallel ``loss_mask`` (1 on generated tokens),
-``logprobs`` (0 on context tokens) and ``versions`` (the policy version of each generated token,
+``logprobs`` (null on context tokens and wherever the endpoint gave none: never 0.0, which a
+trainer reads as probability 1) and ``versions`` (the policy version of each generated token,
 null on context tokens); ``segments`` say where each model call's prompt ended and its
 completion began. ATIF: each agent step's ``metrics.prompt_token_ids`` holds only the ids added
 since the previous step (so a step's full prompt is the concatenation of the earlier steps'
-prompt and completion ids, ``extra.k3stack.prompt_is_delta``).
+prompt and completion ids, ``extra.k3stack.prompt_is_delta``); a step's ``logprobs`` are left
+out when any is missing (ATIF's are numbers). A document's agent version names the policy
+versions that produced its tokens, in order (``v1+v2``), not the batch's latest.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from services.orchestrator.episode.state import EpisodeState
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow
 from services.orchestrator.rollouts.sample import segments_of
 from services.orchestrator.rollouts.service import samples_of, version_spans
+from services.orchestrator.rollouts.tokens import Segment
 
 FORMATS = ("jsonl", "atif")
 
@@ -28,14 +32,14 @@ def sample_record(db: Any, row: SampleRow) -> dict[str, Any]:
     segs = segments_of(db, row.id)
     ids: list[int] = []
     mask: list[int] = []
-    logprobs: list[float] = []
+    logprobs: list[float | None] = []
     versions: list[str | None] = []
     bounds = []
     for seg in segs:
         start = len(ids)
         ids += seg.prompt_ids + seg.completion_ids
         mask += [0] * len(seg.prompt_ids) + [1] * len(seg.completion_ids)
-        logprobs += [0.0] * len(seg.prompt_ids) + seg.logprobs
+        logprobs += [None] * len(seg.prompt_ids) + seg.logprobs
         versions += [None] * len(seg.prompt_ids) + [seg.version] * len(seg.completion_ids)
         bounds.append({"prompt_start": start, "completion_start": start + len(seg.prompt_ids),
                        "end": len(ids), "version": seg.version,
@@ -83,7 +87,8 @@ def atif_document(db: Any, row: SampleRow, agent_version: str) -> dict[str, Any]
                 step["metrics"] = {
                     "prompt_tokens": len(seg.prompt_ids), "completion_tokens":
                     len(seg.completion_ids), "prompt_token_ids": seg.prompt_ids,
-                    "completion_token_ids": seg.completion_ids, "logprobs": seg.logprobs,
+                    "completion_token_ids": seg.completion_ids,
+                    **({"logprobs": seg.logprobs} if None not in seg.logprobs else {}),
                     "extra": {"k3stack": {"version": seg.version, "prompt_is_delta": True,
                                           "finish_reason": seg.finish_reason,
                                           "loss_mask": "completion_token_ids"}},
@@ -98,7 +103,7 @@ def atif_document(db: Any, row: SampleRow, agent_version: str) -> dict[str, Any]
     return {
         "schema_version": "ATIF-v1.4",
         "session_id": row.id,
-        "agent": {"name": "k3stack-rollout", "version": agent_version},
+        "agent": {"name": "k3stack-rollout", "version": produced_by(segs) or agent_version},
         "steps": steps,
         "final_metrics": {
             "total_completion_tokens": sum(len(s.completion_ids) for s in segs),
@@ -109,6 +114,12 @@ def atif_document(db: Any, row: SampleRow, agent_version: str) -> dict[str, Any]
                               "version_spans": rec["version_spans"],
                               "task_index": row.task_index, "k": row.k}},
     }  # fmt: skip
+
+
+def produced_by(segs: list[Segment]) -> str:
+    """The policy versions that produced a sample's tokens, in order, each once (``v1+v2``);
+    empty when it generated nothing yet."""
+    return "+".join(dict.fromkeys(s.version for s in segs))
 
 
 def export_lines(db: Any, rollout_id: str, fmt: str) -> Iterator[str]:

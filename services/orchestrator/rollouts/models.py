@@ -80,7 +80,7 @@ class SegmentRow(Base):
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
     prompt_ids: Mapped[list[int]] = mapped_column(JSON)
     completion_ids: Mapped[list[int]] = mapped_column(JSON)
-    logprobs: Mapped[list[float]] = mapped_column(JSON)
+    logprobs: Mapped[list[float | None]] = mapped_column(JSON)  # null: none given
     version: Mapped[str] = mapped_column(String(128))
     iteration: Mapped[int] = mapped_column(Integer)
     finish_reason: Mapped[str] = mapped_column(String(32))

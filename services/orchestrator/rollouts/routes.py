@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
+from services.orchestrator.admission import check_task
 from services.orchestrator.harness.config import HarnessError, load_harness
 from services.orchestrator.rollouts.export import export_lines
 from services.orchestrator.rollouts.schema import RolloutCreate, RolloutIterate, RolloutView
@@ -38,11 +39,22 @@ def _view(request: Request, rollout_id: str) -> RolloutView:
 def post_rollout(body: RolloutCreate, request: Request) -> RolloutView:
     """Queue tasks x K samples, one Celery task each; K samples of a task fork one setup."""
     try:
-        check_tool_names(load_harness(body.harness, request.app.state.settings.data_dir).tools)
+        harness = load_harness(body.harness, request.app.state.settings.data_dir)
+        check_tool_names(harness.tools)
     except KeyError as exc:
         raise bad_request(f"harness: {exc.args[0]}") from None
     except (HarnessError, UnknownTools) as exc:
         raise bad_request(f"harness: {exc}") from None
+    if harness.kind != "white-box":  # a sample is the platform's own loop, token in and out
+        raise bad_request(
+            f"harness: {body.harness!r} is an installed agent ({harness.kind}); a rollout runs "
+            "the white-box loop: name a white-box preset (e.g. codex, claude-code)"
+        )
+    seen: set[tuple[str | None, str | None]] = set()
+    for i, task in enumerate(body.tasks):
+        if (task.scenario, task.sandbox_template) not in seen:
+            seen.add((task.scenario, task.sandbox_template))
+            check_task(request.app.state.services, task, f"tasks[{i}]")
     rid = create_rollout(request.app.state.db, body, request.app.state.rollout_enqueue,
                          rollout_queue(request.app.state.settings))  # fmt: skip
     return _view(request, rid)

@@ -27,6 +27,7 @@ from services.orchestrator.context.tokens import ApproxTokenCounter
 from services.orchestrator.episode.loop import Loop, Runtime, World
 from services.orchestrator.episode.runner import SQLJournal, now_utc
 from services.orchestrator.episode.state import EpisodeState, WorldLease, initial_state
+from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.harness.config import load_harness
 from services.orchestrator.harness.prompt import render_system_prompt
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow, SegmentRow
@@ -35,7 +36,7 @@ from services.orchestrator.rollouts.setup import base_setup, fork_setup
 from services.orchestrator.rollouts.tokens import Segment, TokenPolicy, TokenState
 from services.orchestrator.tools.builtin import ToolContext, toolset_of
 from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
-from shared.jobs import JobCancelled, JobRun
+from shared.jobs import JobCancelled, JobFailed, JobRun
 
 log = logging.getLogger("k3stack.rollouts")
 TERMINAL_PHASES = ("finished", "cut", "failed")
@@ -70,7 +71,7 @@ class SampleRunner:
         self.owner = job.owner
         try:
             return self._run()
-        except JobCancelled:
+        except (JobCancelled, JobFailed):
             raise
         except Exception:  # a sample that cannot go on counts as done for λ (phase failed)
             try:
@@ -222,7 +223,7 @@ class SampleRunner:
                 loop.tick()
                 state.covered = tp.tokens.covered
                 if budget is not None and state.usage.completion_tokens > budget:
-                    state.exit_reason = "effort_budget"
+                    state.exit_reason = Outcome.effort_budget.value
                     state.exit_detail = (
                         f"{state.usage.completion_tokens} completion tokens over the "
                         f"{request.effort} budget of {budget}"
@@ -231,7 +232,7 @@ class SampleRunner:
                     return self._finish(state, "cut", -1.0)
                 if self._persist(state, tp, iteration) and not loop.done:
                     return self._pause(state, iteration)
-            return self._finish(state, "finished", self._reward(rt))
+            return self._end(state, rt)
         finally:
             tp.close()
             if self._mcp is not None:
@@ -256,6 +257,17 @@ class SampleRunner:
             row.progress_message = f"step {state.step}"
             roll = s.get(RolloutRow, row.rollout_id)
             return roll.pause_iteration >= iteration
+
+    def _end(self, state: EpisodeState, rt: Runtime) -> dict[str, Any]:
+        """The loop's outcome decides the phase, the scoring and the job status: a sample that
+        failed (``policy_error``) ends phase ``failed`` and its job ``failed``, never
+        ``finished`` / ``succeeded``."""
+        outcome = Outcome.of(state.exit_reason)
+        reward = self._reward(rt) if outcome.scored else None
+        if not outcome.failed:
+            return self._finish(state, "finished", reward)
+        self._finish(state, "failed", reward)
+        raise JobFailed(outcome.value, state.exit_detail or outcome.value)
 
     def _reward(self, rt: Runtime) -> float | None:
         if rt.world is None:

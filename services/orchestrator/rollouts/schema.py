@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.contracts.orchestrator import TaskSpec
+from shared.contracts.orchestrator import TaskSpec, http_url
 
 Effort = Literal["low", "medium", "high", "max"]
 #: Completion tokens a whole trajectory may spend per effort level (over it: cut, reward -1).
@@ -15,7 +15,7 @@ MAX_SAMPLES = 4096
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PolicyVersion(_Strict):
@@ -29,6 +29,8 @@ class PolicyVersion(_Strict):
     version: str = Field(min_length=1, max_length=128, description="The policy version tag.")
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
+
+    _base_url = field_validator("base_url")(http_url)
 
 
 class RolloutBudgets(_Strict):

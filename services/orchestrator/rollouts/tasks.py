@@ -1,4 +1,4 @@
-"""The rollout sample task: one Celery task per sample on the rollouts queue
+"""The rollout sample task's body: one Celery task per sample on the rollouts queue
 (``K3STACK_ORCHESTRATOR__ROLLOUT_QUEUE``). It is a :class:`~shared.jobs.JobTask` (``acks_late``,
 ``reject_on_worker_lost``, claim + heartbeat), and on Redis the broker's visibility timeout
 (3600 s, ``shared/queue.py``) is above the longest sample's run; a worker killed outright is
@@ -8,38 +8,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.orchestrator.rollouts.service import TASK_NAME, SampleStore, rollout_queue
-from shared.jobs import JobRun, JobTask
+from services.orchestrator.rollouts.service import SampleStore
+from shared.jobs import JobRun
 
 
 def sample_job(job: JobRun) -> dict[str, Any]:
+    """The body of the sample task (registered on the orchestrator's one Celery app,
+    :mod:`services.orchestrator.tasks`)."""
     from services.orchestrator.episode.service import services_from_settings
     from services.orchestrator.rollouts.sample import SampleRunner
-    from services.orchestrator.tasks import worker_database
+    from services.orchestrator.worker import worker_database
     from shared.settings import get_settings
 
     return SampleRunner(worker_database(), services_from_settings(get_settings()), job.id).run(job)
-
-
-def register(celery: Any, worker_database: Any) -> Any:
-    """Bind the sample task to the orchestrator's Celery app (its tasks module calls this)."""
-    return celery.task(base=JobTask, name=TASK_NAME, job_store=SampleStore(worker_database))(
-        sample_job
-    )
-
-
-def enqueue_with(task: Any) -> Any:
-    def enqueue(sample_id: str) -> None:
-        task.apply_async(args=[sample_id], task_id=sample_id, queue=rollout_queue())
-
-    return enqueue
 
 
 def run_inline(db: Any, services: Any, sample_id: str) -> None:
     """Claim and run one sample in this process (tests, ``k3stack rollout --inline``), exactly
     as the task does: claim, heartbeats, body, outcome."""
     from services.orchestrator.rollouts.sample import SampleRunner
-    from shared.jobs import heartbeats, new_owner
+    from shared.jobs import JobCancelled, JobFailed, heartbeats, new_owner
 
     store = SampleStore(db, services.settings)
     owner = new_owner()
@@ -50,10 +38,12 @@ def run_inline(db: Any, services: Any, sample_id: str) -> None:
     with heartbeats(run, store.policy.heartbeat_s):
         try:
             result = SampleRunner(db, services, sample_id).run(run)
+        except JobCancelled:
+            return
+        except JobFailed as exc:  # a named outcome (episode/stop.py): its code, as the task's
+            store.fail(sample_id, owner, exc.code, exc.message)
+            return
         except Exception as exc:  # noqa: BLE001 - recorded on the row
-            from shared.jobs import JobCancelled
-
-            if not isinstance(exc, JobCancelled):
-                store.fail(sample_id, owner, "task_error", f"{type(exc).__name__}: {exc}")
+            store.fail(sample_id, owner, "task_error", f"{type(exc).__name__}: {exc}")
             return
         store.succeed(sample_id, owner, result, None)

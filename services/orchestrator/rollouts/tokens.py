@@ -42,7 +42,7 @@ class Segment:
 
     prompt_ids: list[int]
     completion_ids: list[int]
-    logprobs: list[float]
+    logprobs: list[float | None]  # None: the endpoint gave no logprob for that token
     version: str
     finish_reason: str
 
@@ -162,8 +162,9 @@ class TokenPolicy:
         if not completion and choice.get("text"):
             raise EndpointError("the endpoint returned text without token_ids")
         lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
-        logprobs = [float(x) if x is not None else 0.0 for x in lps][: len(completion)]
-        logprobs += [0.0] * (len(completion) - len(logprobs))
+        # one per completion token; None where the endpoint gave none (never 0.0: probability 1)
+        logprobs = [float(x) if x is not None else None for x in lps][: len(completion)]
+        logprobs += [None] * (len(completion) - len(logprobs))
         finish = choice.get("finish_reason") or "stop"
         self.segments.append(Segment(delta, completion, logprobs, self.version, finish))
         self.tokens.ids = prompt + completion
