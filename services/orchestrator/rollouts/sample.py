@@ -194,6 +194,7 @@ class SampleRunner:
             base_url, version=policy["version"], model=policy.get("model"),
             tokens=TokenState.from_segments(segments_of(self.db, self.id), state.covered),
             temperature=policy.get("temperature", 1.0), seed=policy.get("seed"),
+            tool_choice=policy.get("tool_choice"),
             api_key=self.svc.settings.model.api_key if not policy.get("base_url") else None,
         )  # fmt: skip
         compactor = Compactor(harness.context, NO_COMPACTION, ApproxTokenCounter(),
