@@ -95,3 +95,20 @@ def test_tool_rollout_on_the_model_service(orch_db, services, model_url) -> None
             roles = [m["role"] for m in rec["messages"]]
             assert roles.count("tool") >= STEPS - 1  # results before the last turns, in context
             _replayed(http, rec, tools, "low")
+
+
+def test_the_xtml_reader_inverts_the_template_for_a_turn() -> None:
+    text = (
+        "plan[close]think[sep][open]response[sep]ok[close]response[sep][open]tools[sep]"
+        '[open]call tool="exec_command" index:=0[sep][open]arg name="cmd"[sep]ls "a"'
+        '[close]arg[sep][open]arg name="n" type="json"[sep]{"x":[1]}[close]arg[sep]'
+        '[close]call[sep][open]call tool="raw" index:=1[sep][open]json[sep][1,2]'
+        '[close]json[sep][close]call[sep][open]call tool="cut" index:=2[sep][open]arg'
+    )
+    turn = parse_turn(text)
+    assert (turn.reasoning, turn.content) == ("plan", "ok")
+    assert turn.calls == [
+        {"name": "exec_command", "arguments": '{"cmd": "ls \\"a\\"", "n": {"x": [1]}}'},
+        {"name": "raw", "arguments": "[1,2]"},
+    ]  # the cut third call is left out
+    assert parse_turn("no markers").content == "no markers"
