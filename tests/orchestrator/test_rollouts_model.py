@@ -1,7 +1,8 @@
 """Rollouts on the platform's own model service (reference engine, tiny preset, the defaults
 ``k3stack up`` serves), no scripted endpoint: four samples with tools, every turn a tool call
 (``tool_choice: required``, the model service's tool grammar over a token prompt), each runs
-past step 5 with tool results in its context; the ids the samples sent are a replay of the
+past step 5 with tool results in its context; a bump to v2 mid-batch pauses each at a tick and
+resumes it on v2; the ids the samples sent are a replay of the
 conversation through the model's own chat template: the whole text is the template's render,
 and every run of ids the harness added (first prompt, tool results) is the template's ids for
 them in the full conversation."""
@@ -9,15 +10,16 @@ them in the full conversation."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import httpx
 
 from services.orchestrator.harness.config import load_harness
 from services.orchestrator.rollouts.export import sample_record
-from services.orchestrator.rollouts.models import SampleRow
-from services.orchestrator.rollouts.schema import RolloutCreate
-from services.orchestrator.rollouts.service import create_rollout, rollout_view
+from services.orchestrator.rollouts.models import RolloutRow, SampleRow
+from services.orchestrator.rollouts.schema import RolloutCreate, RolloutIterate
+from services.orchestrator.rollouts.service import create_rollout, iterate, rollout_view
 from services.orchestrator.rollouts.tasks import run_inline
 from services.orchestrator.rollouts.xtml import parse_turn
 from services.orchestrator.tools.builtin import toolset_of
@@ -65,6 +67,11 @@ def _replayed(http: httpx.Client, rec: dict, tools: list[dict], effort: str) -> 
         assert upto["text"].startswith(before["text"])
 
 
+def _steps(db, ids: list[str]) -> list[int]:  # type: ignore[no-untyped-def]
+    with db.session() as s:
+        return [(s.get(SampleRow, i).state or {}).get("step", 0) for i in ids]
+
+
 def test_tool_rollout_on_the_model_service(orch_db, services, model_url) -> None:
     body = RolloutCreate.model_validate({
         "tasks": [{"instruction": "Make a plan, then run it."},
@@ -79,11 +86,21 @@ def test_tool_rollout_on_the_model_service(orch_db, services, model_url) -> None
     threads = [threading.Thread(target=run_inline, args=(orch_db, services, i)) for i in queued]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 200
+    while min(_steps(orch_db, queued)) < 1:  # every sample past its first call: bump to v2
+        assert time.monotonic() < deadline and all(t.is_alive() for t in threads)
+        time.sleep(0.1)
+    bump = RolloutIterate.model_validate({"policy": {**body.policy.model_dump(), "version": "v2"}})
+    iterate(orch_db, rid, bump, lambda _i: None)
     for t in threads:
-        t.join(timeout=240)
+        t.join(timeout=max(1.0, deadline + 40 - time.monotonic()))
     assert not any(t.is_alive() for t in threads)
     view = rollout_view(orch_db, rid)
     assert view.counts == {"finished": 4}, [(s.id, s.error) for s in view.samples]
+    for sample in view.samples:  # each paused at a tick and resumed on v2
+        assert [v.version for v in sample.versions] == ["v1", "v2"], sample
+    with orch_db.session() as s:
+        assert s.get(RolloutRow, rid).history[-1]["resumed"] == 4
     tools = toolset_of(load_harness("codex", services.settings.data_dir).tools).specs()
     with httpx.Client(base_url=f"{model_url}/v1", timeout=60.0) as http:
         for sid in queued:
