@@ -3,11 +3,17 @@ the scripted token-id endpoint the tests use (a stand-in for a policy: it makes 
 time zero, so the figures are the platform's own overhead).
 
 Prints: samples per minute with 1 and 2 workers (worker threads running the sample job
-in-process, each one claiming samples like a Celery worker; on this 2-core machine), the
-pause + resume overhead per paused sample (world snapshot, file digest, sandbox pause; and
-back), and the setup time of K forked starts against K independent setups.
+in-process, each one claiming samples like a Celery worker; on this 2-core machine); the
+samples paused at λ = 0.5 and resumed by the next iteration, with the pause + resume overhead
+per sample (world snapshot, file digest, sandbox pause; and back); the samples a policy-version
+bump paused mid-run and resumed under the new version; and the setup time of K forked starts
+against K independent setups.
 
-    .venv/bin/python bench/rollouts.py [--k 4] [--turns 3]
+``--policy-url`` runs the samples on a model service instead (e.g. ``k3stack up``'s,
+``http://127.0.0.1:8000/v1``): every turn a tool call (``tool_choice: required``), ``--turns``
+model calls per sample; the figures then include the model's time.
+
+    .venv/bin/python bench/rollouts.py [--k 4] [--turns 3] [--policy-url URL]
 """
 
 from __future__ import annotations
@@ -36,11 +42,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: The tools service wants its admin key in every mode (POST /worlds is 403 without it).
+TOOLS_KEY = "bench-rollouts-tools-key"
+
+
 def _service(name: str, data: Path, **env_extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("K3STACK_")}
     env.update(K3STACK_DATA_DIR=str(data), K3STACK_ENV_FILE="/nonexistent/.env",
-               K3STACK_AUTH_ENABLED="false", PYTHONPATH=str(REPO), **env_extra)  # fmt: skip
+               K3STACK_AUTH_ENABLED="false", PYTHONPATH=str(REPO),
+               K3STACK_TOOLS__API_KEY=TOOLS_KEY, **env_extra)  # fmt: skip
     data.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", f"services.{name}", "--port", str(port)],
                             env=env, cwd=REPO, stdout=(data / "log").open("ab"),
@@ -90,14 +101,36 @@ def _workers(db, svc, ids: list[str], n: int) -> float:  # type: ignore[no-untyp
     return time.monotonic() - began
 
 
+def _in_background(db, svc, ids: list[str]) -> list[threading.Thread]:  # type: ignore[no-untyped-def]
+    from services.orchestrator.rollouts.tasks import run_inline
+
+    threads = [threading.Thread(target=run_inline, args=(db, svc, i)) for i in ids]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def _steps(db, rid: str) -> list[int]:  # type: ignore[no-untyped-def]
+    from services.orchestrator.rollouts.models import SampleRow
+
+    with db.session() as s:
+        rows = s.query(SampleRow).filter_by(rollout_id=rid).all()
+        return [(r.state or {}).get("step", 0) for r in rows]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--policy-url", default=None,
+                    help="A model service's /v1 (default: the scripted zero-time endpoint).")  # fmt: skip
     args = ap.parse_args()
+    os.environ.setdefault("K3STACK_ENV_FILE", "/nonexistent/.env")
+    os.environ["K3STACK_TOOLS__API_KEY"] = TOOLS_KEY  # the in-process runner's tools client
     from services.orchestrator.db import open_database
     from services.orchestrator.episode.runner import Services
     from services.orchestrator.rollouts import sample as sample_mod
+    from services.orchestrator.rollouts.models import RolloutRow, SampleRow
     from services.orchestrator.rollouts.schema import RolloutCreate, RolloutIterate
     from services.orchestrator.rollouts.service import create_rollout, iterate, rollout_view
     from shared.clients import ModelClient, SandboxClient, ToolsClient
@@ -105,32 +138,43 @@ def main() -> None:
     from tests.helpers.asgi import serve
     from tests.orchestrator.rollout_endpoint import endpoint
 
+    get_settings.cache_clear()
     tmp = Path(tempfile.mkdtemp(prefix="bench-rollouts-"))
     tools, tools_url = _service("tools", tmp / "tools")
     sandbox, sandbox_url = _service("sandbox", tmp / "sandbox", K3STACK_SANDBOX__RUNTIME="process")
+    real = args.policy_url is not None
     try:
         db = open_database(f"sqlite:///{tmp}/orchestrator.db")
         db.migrate()
-        svc = Services(tools=ToolsClient(tools_url, timeout=120), settings=get_settings(),
-                       sandbox=SandboxClient(sandbox_url, timeout=120),
+        settings = get_settings()
+        svc = Services(tools=ToolsClient.from_settings(settings, base_url=tools_url, timeout=120),
+                       settings=settings, sandbox=SandboxClient(sandbox_url, timeout=120),
                        model=ModelClient("http://127.0.0.1:9", retries=0))  # fmt: skip
         task = {"scenario": "empty", "sandbox_template": "busybox",
                 "instruction": f"Take notes. turns={args.turns}"}  # fmt: skip
         with serve(endpoint()) as url:
+            policy_url = args.policy_url or f"{url}/v1"
 
-            def batch(lam: float, tasks: list | None = None) -> tuple[str, list[str]]:
+            def policy(version: str) -> dict:
+                extra = {"tool_choice": "required", "temperature": 1.0, "seed": 5} if real else {}
+                return {"base_url": policy_url, "version": version, "temperature": 0, **extra}
+
+            def batch(lam: float, tasks: list | None = None, turns: int = args.turns
+                      ) -> tuple[str, list[str]]:  # fmt: skip
                 ids: list[str] = []
                 body = RolloutCreate.model_validate({
                     "tasks": tasks or [task, task], "samples_per_task": args.k, "lam": lam,
-                    "policy": {"base_url": f"{url}/v1", "version": "v1", "temperature": 0},
+                    "policy": policy("v1"), "effort": "low",
+                    "budgets": {"max_steps": turns, "max_output_tokens": 64} if real else {},
                 })  # fmt: skip
                 return create_rollout(db, body, ids.append, "rollouts"), ids
 
             for n in (1, 2):
-                _, ids = batch(1.0)
+                rid, ids = batch(1.0)
                 wall = _workers(db, svc, ids, n)
-                print(f"{n} worker(s): {len(ids)} samples x {args.turns} turns in {wall:.1f} s"
-                      f" = {60 * len(ids) / wall:.1f} samples/min")  # fmt: skip
+                done = rollout_view(db, rid).counts.get("finished", 0)
+                print(f"{n} worker(s): {done} of {len(ids)} samples x {args.turns} turns finished"
+                      f" in {wall:.1f} s = {60 * done / wall:.1f} samples/min")  # fmt: skip
 
             timings: dict[str, list[float]] = {"pause": [], "resume": []}
             for name in ("_pause", "_resume"):
@@ -146,21 +190,41 @@ def main() -> None:
                 setattr(sample_mod.SampleRunner, name, timed)
             short = {**task, "instruction": "Say done. turns=1"}
             long = {**task, "instruction": f"Take notes. turns={4 * args.turns}"}
-            rid, ids = batch(0.5, [short, long])  # every sample running at once: 8 threads
-            _workers(db, svc, ids, len(ids))
-            paused = rollout_view(db, rid).counts.get("paused", 0)
-            resumed: list[str] = []
-            iterate(db, rid, RolloutIterate.model_validate(
-                {"policy": {"base_url": f"{url}/v1", "version": "v2", "temperature": 0},
-                 "lam": 1.0}), resumed.append)  # fmt: skip
-            _workers(db, svc, resumed, len(resumed))
-            p, r = timings["pause"], timings["resume"]
-            if p and r:
-                print(f"pause/resume: {paused} of {len(ids)} samples paused (λ=0.5); pause "
-                      f"{1000 * sum(p) / len(p):.0f} ms + resume {1000 * sum(r) / len(r):.0f} ms"
-                      " per sample")  # fmt: skip
-            else:
-                print(f"pause/resume: none paused ({paused}); every sample finished first")
+            if not real:  # λ: the short half finishes, the long half pauses
+                rid, ids = batch(0.5, [short, long])  # every sample running at once
+                _workers(db, svc, ids, len(ids))
+                paused = rollout_view(db, rid).counts.get("paused", 0)
+                resumed: list[str] = []
+                iterate(db, rid, RolloutIterate.model_validate(
+                    {"policy": policy("v2"), "lam": 1.0}), resumed.append)  # fmt: skip
+                _workers(db, svc, resumed, len(resumed))
+                counts = rollout_view(db, rid).counts
+                p, r = timings["pause"], timings["resume"]
+                print(f"λ=0.5: {paused} of {len(ids)} samples paused, {len(resumed)} resumed "
+                      f"under v2, final {counts}; pause "
+                      f"{1000 * sum(p) / max(1, len(p)):.0f} ms + resume "
+                      f"{1000 * sum(r) / max(1, len(r)):.0f} ms per sample")  # fmt: skip
+
+            # A version bump while every sample runs: each pauses at its next tick, resumes on v2.
+            rid, ids = batch(1.0, [long], turns=2 * args.turns)
+            threads = _in_background(db, svc, ids)
+            deadline = time.monotonic() + 600
+            while min(_steps(db, rid)) < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            t0 = time.monotonic()
+            iterate(db, rid, RolloutIterate.model_validate({"policy": policy("v2")}),
+                    lambda _i: None)  # fmt: skip
+            for t in threads:
+                t.join()
+            with db.session() as s:
+                swaps = sum(int((r.paused or {}).get("swaps", 0)) for r in
+                            s.query(SampleRow).filter_by(rollout_id=rid))  # fmt: skip
+                resumed_n = s.get(RolloutRow, rid).history[-1]["resumed"]
+            view = rollout_view(db, rid)
+            on_v2 = sum(1 for v in view.samples if v.versions and v.versions[-1].version == "v2")
+            print(f"version bump mid-run: {swaps} of {len(ids)} samples paused at a tick and "
+                  f"{resumed_n} resumed on v2 ({on_v2} ended on v2), final {view.counts}, "
+                  f"{time.monotonic() - t0:.1f} s after the bump")  # fmt: skip
 
         k = args.k
         t0 = time.monotonic()

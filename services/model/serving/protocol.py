@@ -385,6 +385,14 @@ class ChatCompletionChunk(_Response):
 # ----- completions ------------------------------------------------------------------------------------
 
 
+_COMPLETION_TOOLS_DOC = (
+    "k3stack extension, for a token-id prompt that ends with the chat template's generation "
+    "prefix (a token-in-token-out agent turn): the turn is decoded under the same grammar a chat "
+    "completion with these fields would use; nothing is added to the prompt (no tool-choice "
+    "option message), so the caller's context stays exactly its ids."
+)
+
+
 class CompletionRequest(_SamplingFields):
     model: str | None = None
     prompt: str | list[int] | list[str] = Field(
@@ -393,6 +401,18 @@ class CompletionRequest(_SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     suffix: str | None = None
+    tools: list[ToolDef] | None = Field(None, description=_COMPLETION_TOOLS_DOC)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description=_COMPLETION_TOOLS_DOC
+    )
+    parallel_tool_calls: bool | None = None
+
+    @model_validator(mode="after")
+    def _tool_choice_needs_tools(self) -> CompletionRequest:
+        if isinstance(self.tool_choice, NamedToolChoice) or self.tool_choice == "required":
+            if not self.tools:
+                raise ValueError("tool_choice needs tools")
+        return self
 
     @field_validator("prompt")
     @classmethod

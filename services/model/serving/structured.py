@@ -52,7 +52,7 @@ from services.model.serving.template import Mode, attr_json, attr_str
 from services.model.tokenizer.base import CLOSE, END_OF_MSG, OPEN, SEP, Tokenizer
 
 if TYPE_CHECKING:
-    from services.model.serving.protocol import ChatCompletionRequest
+    from services.model.serving.protocol import ChatCompletionRequest, CompletionRequest
 
 MAX_PARALLEL_CALLS = 8
 MAX_JSON_WHITESPACE = 8
@@ -383,3 +383,31 @@ def chat_constraint(
         think_budget=think_budget(req, True),
         json_format=json_format,
     )
+
+
+def completion_constraint(
+    req: CompletionRequest, prompt_text: str, tokenizer: Tokenizer
+) -> Constraint | None:
+    """For a token prompt that opened an assistant turn, the grammar a chat completion with the
+    same ``tools``/``tool_choice`` would decode under (None without tools). The turn's mode is
+    read from the prompt's end, the generation prefix the chat template wrote."""
+    from services.model.serving.protocol import ChatCompletionRequest
+
+    if not req.tools:
+        return None
+    mode: Mode | None = next(
+        (m for m in ("think", "response") if prompt_text.endswith(f"{OPEN}{m}{SEP}")), None
+    )
+    if mode is None:
+        raise StructuredOutputError(
+            "tools: a completion under tools needs a token prompt that ends with the chat "
+            "template's generation prefix ([open]think[sep] or [open]response[sep])"
+        )
+    chat = ChatCompletionRequest(
+        messages=[{"role": "user", "content": ""}],  # type: ignore[list-item]
+        tools=req.tools,
+        tool_choice=req.tool_choice,
+        parallel_tool_calls=req.parallel_tool_calls,
+        max_tokens=req.max_tokens,
+    )
+    return chat_constraint(chat, mode, tokenizer)

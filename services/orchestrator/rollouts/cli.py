@@ -2,7 +2,8 @@
 points. ``rollout create FILE.json`` posts a batch (the ``POST /rollouts`` body) and, with
 ``--watch``, follows it in a live table (phase, steps, reward, version spans per sample);
 ``rollout iterate ID --version TAG [--base-url URL]`` starts the next iteration;
-``rollout show ID`` prints the table once; ``export ID --format jsonl|atif --out FILE`` writes
+``rollout cancel ID [--sample SID]`` cancels the batch (or one sample); ``rollout show ID``
+prints the table once; ``export ID --format jsonl|atif --out FILE`` writes
 the export with a progress bar."""
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from rich.table import Table
 from services.orchestrator.cli_fail import fail
 
 console = Console()
-rollout_app = typer.Typer(help="RL rollout batches: create, iterate, watch.", add_completion=False)
+rollout_app = typer.Typer(
+    help="RL rollout batches: create, iterate, cancel, watch.", add_completion=False
+)
 
 
 def _client() -> Any:
@@ -97,6 +100,22 @@ def iterate_cmd(
             client.post_json(f"/rollouts/{rollout_id}/iterate", body)
             if watch:
                 _watch(client, rollout_id)
+    except ServiceError as exc:
+        fail(str(exc))
+
+
+@rollout_app.command("cancel")
+def cancel_cmd(
+    rollout_id: str,
+    sample: Annotated[str | None, typer.Option(help="Only this sample id.")] = None,
+) -> None:
+    """Cancel every unfinished sample (or one): each stops at its next tick."""
+    from shared.clients import ServiceError
+
+    path = f"/rollouts/{rollout_id}" + (f"/samples/{sample}" if sample else "") + "/cancel"
+    try:
+        with _client() as client:
+            console.print(table(client.post_json(path, {})))
     except ServiceError as exc:
         fail(str(exc))
 

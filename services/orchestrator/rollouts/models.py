@@ -33,7 +33,8 @@ class RolloutRow(Base):
 
 class SampleRow(JobMixin, Base):
     """One sample (task i, draw k). The job status is the current run's; ``phase`` is the
-    sample's own: pending, live, paused, finished, cut (over its effort budget), failed."""
+    sample's own: pending, live, paused, finished, cut (over its effort budget), failed,
+    cancelled."""
 
     __tablename__ = "orchestrator_rollout_samples"
 

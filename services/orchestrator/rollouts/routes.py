@@ -8,8 +8,10 @@ from fastapi.responses import StreamingResponse
 from services.orchestrator.admission import check_task
 from services.orchestrator.harness.config import HarnessError, load_harness
 from services.orchestrator.rollouts.export import export_lines
+from services.orchestrator.rollouts.sample import release_cancelled
 from services.orchestrator.rollouts.schema import RolloutCreate, RolloutIterate, RolloutView
 from services.orchestrator.rollouts.service import (
+    cancel_samples,
     create_rollout,
     iterate,
     rollout_queue,
@@ -69,6 +71,32 @@ def post_iterate(rollout_id: str, body: RolloutIterate, request: Request) -> Rol
     except KeyError:
         raise not_found("rollout", rollout_id) from None
     return _view(request, rollout_id)
+
+
+def _cancel(request: Request, rollout_id: str, sample_id: str | None) -> RolloutView:
+    db = request.app.state.db
+    try:
+        idle = cancel_samples(db, rollout_id, sample_id)
+    except KeyError as exc:
+        raise not_found("sample" if exc.args[0] == sample_id else "rollout", exc.args[0]) from None
+    for sid in idle:  # running ones release their own at their next tick
+        release_cancelled(db, request.app.state.services, sid)
+    return _view(request, rollout_id)
+
+
+@router.post("/rollouts/{rollout_id}/cancel", response_model=RolloutView,
+             operation_id="cancelRollout")  # fmt: skip
+def post_cancel(rollout_id: str, request: Request) -> RolloutView:
+    """Cancel every unfinished sample: phase ``cancelled``; a running one stops at its next
+    tick, and each one's world and sandbox are released."""
+    return _cancel(request, rollout_id, None)
+
+
+@router.post("/rollouts/{rollout_id}/samples/{sample_id}/cancel", response_model=RolloutView,
+             operation_id="cancelRolloutSample")  # fmt: skip
+def post_cancel_sample(rollout_id: str, sample_id: str, request: Request) -> RolloutView:
+    """Cancel one sample (409 once it ended); the others go on."""
+    return _cancel(request, rollout_id, sample_id)
 
 
 @router.get("/rollouts/{rollout_id}", response_model=RolloutView, operation_id="getRollout")

@@ -39,7 +39,7 @@ from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_app
 from shared.jobs import JobCancelled, JobFailed, JobRun
 
 log = logging.getLogger("k3stack.rollouts")
-TERMINAL_PHASES = ("finished", "cut", "failed")
+TERMINAL_PHASES = ("finished", "cut", "failed", "cancelled")
 NO_COMPACTION = 10**12  # a token stream is never rewritten: compaction would break it
 FILES_DIGEST = "find /root -type f -exec md5sum {} + 2>/dev/null | sort"
 
@@ -71,7 +71,10 @@ class SampleRunner:
         self.owner = job.owner
         try:
             return self._run()
-        except (JobCancelled, JobFailed):
+        except JobCancelled:
+            release_cancelled(self.db, self.svc, self.id)
+            raise
+        except JobFailed:
             raise
         except Exception:  # a sample that cannot go on counts as done for λ (phase failed)
             try:
@@ -190,13 +193,7 @@ class SampleRunner:
             world = World(self.svc.tools, w.id, w.token,
                           end=datetime.fromisoformat(scenario["end"]),
                           start=datetime.fromisoformat(scenario["start"]))  # fmt: skip
-        base_url = policy.get("base_url") or self.svc.model.openai_base_url
-        tp = TokenPolicy(
-            base_url, version=policy["version"], model=policy.get("model"),
-            tokens=TokenState.from_segments(segments_of(self.db, self.id), state.covered),
-            temperature=policy.get("temperature", 1.0), seed=policy.get("seed"),
-            api_key=self.svc.settings.model.api_key if not policy.get("base_url") else None,
-        )  # fmt: skip
+        tp = self._token_policy(policy, state)
         compactor = Compactor(harness.context, NO_COMPACTION, ApproxTokenCounter(),
                               tp.summarize, tools.specs())  # fmt: skip
         ctx = ToolContext(sandbox=self.svc.sandbox if state.sandbox_id else None,
@@ -206,10 +203,43 @@ class SampleRunner:
                        journal=SQLJournal(self.db, self.id), world=world, names=names,
                        episode_id=self.id)  # fmt: skip
 
+    def _token_policy(self, policy: dict, state: EpisodeState) -> TokenPolicy:
+        """The policy version's endpoint over the sample's context, rebuilt from its stored
+        segments (so a version swap or a resume goes on from exactly the ids sent so far)."""
+        base_url = policy.get("base_url") or self.svc.model.openai_base_url
+        return TokenPolicy(
+            base_url, version=policy["version"], model=policy.get("model"),
+            tokens=TokenState.from_segments(segments_of(self.db, self.id), state.covered),
+            temperature=policy.get("temperature", 1.0), seed=policy.get("seed"),
+            tool_choice=policy.get("tool_choice"),
+            api_key=self.svc.settings.model.api_key if not policy.get("base_url") else None,
+        )  # fmt: skip
+
+    def _swap_version(self, state: EpisodeState, iteration: int) -> tuple[dict, int]:
+        """A newer policy version while this sample runs: it pauses here, at a tick boundary
+        (world snapshot, sandbox paused), and resumes at once under the new version."""
+        self._pause(state, iteration)
+        with self.db.session() as s:
+            row = s.get(SampleRow, self.id)
+            roll = s.get(RolloutRow, row.rollout_id, with_for_update=True)
+            if row.status != "running" or row.owner != self.owner:
+                raise JobCancelled(self.id)
+            row.iteration = roll.iteration
+            row.paused = {
+                **(row.paused or {}),
+                "swaps": int((row.paused or {}).get("swaps", 0)) + 1,
+            }
+            history = [dict(h) for h in roll.history or [{}]]
+            history[-1]["resumed"] = int(history[-1].get("resumed", 0)) + 1
+            roll.history = history
+            policy, iteration = dict(roll.policy), roll.iteration
+        self._resume()
+        self._set_phase("live")
+        return policy, iteration
+
     def _loop(self, request: RolloutCreate, state: EpisodeState, policy: dict,
               iteration: int) -> dict[str, Any]:  # fmt: skip
         rt = self._runtime(request, state, policy)
-        tp: TokenPolicy = rt.policy
         budget = request.budgets.effort_budgets.get(request.effort)
         loop = Loop(rt, state, lambda kind, body: None)
         with self.db.session() as s:
@@ -221,6 +251,7 @@ class SampleRunner:
         try:
             while not loop.done:
                 loop.tick()
+                tp: TokenPolicy = rt.policy
                 state.covered = tp.tokens.covered
                 if budget is not None and state.usage.completion_tokens > budget:
                     state.exit_reason = Outcome.effort_budget.value
@@ -230,16 +261,24 @@ class SampleRunner:
                     )
                     self._persist(state, tp, iteration)
                     return self._finish(state, "cut", -1.0)
-                if self._persist(state, tp, iteration) and not loop.done:
+                signal = self._persist(state, tp, iteration)
+                if loop.done:
+                    break
+                if signal == "pause":
                     return self._pause(state, iteration)
+                if signal == "swap":
+                    policy, iteration = self._swap_version(state, iteration)
+                    tp.close()
+                    rt.policy = self._token_policy(policy, state)
             return self._end(state, rt)
         finally:
-            tp.close()
+            rt.policy.close()
             if self._mcp is not None:
                 self._mcp.close()
 
-    def _persist(self, state: EpisodeState, tp: TokenPolicy, iteration: int) -> bool:
-        """Commit the tick; True when the batch's λ has been reached (time to pause)."""
+    def _persist(self, state: EpisodeState, tp: TokenPolicy, iteration: int) -> str | None:
+        """Commit the tick; then "swap" when a newer policy version started meanwhile, "pause"
+        when this iteration's λ has been reached, else None."""
         now = now_utc()
         with self.db.session() as s:
             row = s.get(SampleRow, self.id)
@@ -256,7 +295,9 @@ class SampleRunner:
             row.heartbeat_at = row.updated_at = now
             row.progress_message = f"step {state.step}"
             roll = s.get(RolloutRow, row.rollout_id)
-            return roll.pause_iteration >= iteration
+            if roll.iteration > iteration:
+                return "swap"
+            return "pause" if roll.pause_iteration >= iteration else None
 
     def _end(self, state: EpisodeState, rt: Runtime) -> dict[str, Any]:
         """The loop's outcome decides the phase, the scoring and the job status: a sample that
@@ -281,6 +322,7 @@ class SampleRunner:
             if row.status != "running" or row.owner != self.owner:
                 raise JobCancelled(self.id)
             row.phase, row.reward, row.updated_at = phase, reward, now_utc()
+            row.iteration = s.get(RolloutRow, row.rollout_id).iteration  # λ counts it there
             row.state = state.model_copy(update={"phase": "done"}).model_dump(mode="json")
         self._release()
         reached_lambda(self.db, self.id)
@@ -288,18 +330,10 @@ class SampleRunner:
         return {"phase": phase, "reward": reward, "exit_reason": state.exit_reason}
 
     def _release(self) -> None:
-        from shared.clients import ServiceError
-
         with self.db.session() as s:
             row = s.get(SampleRow, self.id)
             sandbox_id, world_id = row.sandbox_id, row.world_id
-        try:
-            if sandbox_id:
-                self.svc.sandbox.kill(sandbox_id)
-            if world_id:
-                self.svc.tools.delete_world(world_id)
-        except ServiceError as exc:
-            log.warning("sample %s: resources not released: %s", self.id, exc)
+        _release(self.svc, f"sample {self.id}", sandbox_id, world_id)
 
     def _set_phase(self, phase: str, paused: dict[str, Any] | None = None) -> None:
         with self.db.session() as s:
@@ -328,10 +362,36 @@ def reached_lambda(db: Any, sample_id: str) -> None:
             roll.pause_iteration = roll.iteration
 
 
+def release_cancelled(db: Any, svc: Any, sample_id: str) -> None:
+    """A cancelled sample's world and sandbox go, and the batch's setups once all are done
+    (the worker that ran it when it stops, or the API for one that was idle)."""
+    with db.session() as s:
+        row = s.get(SampleRow, sample_id)
+        if row is None or row.phase != "cancelled":
+            return
+        sandbox_id, world_id = row.sandbox_id, row.world_id
+    _release(svc, f"sample {sample_id}", sandbox_id, world_id)
+    reached_lambda(db, sample_id)
+    release_setups(db, svc, sample_id)
+
+
+def _release(svc: Any, what: str, sandbox_id: str | None, world_id: str | None) -> None:
+    """Kill a sandbox and delete a world; one already gone (404) is fine."""
+    from shared.clients import ServiceError
+
+    try:
+        if sandbox_id:
+            svc.sandbox.kill(sandbox_id)
+        if world_id:
+            svc.tools.delete_world(world_id)
+    except ServiceError as exc:
+        if exc.status != 404:
+            log.warning("%s: resources not released: %s", what, exc)
+
+
 def release_setups(db: Any, svc: Any, sample_id: str) -> None:
     """Once every sample of the batch is done, its base setups go too (idempotent)."""
     from services.orchestrator.rollouts.models import SetupRow
-    from shared.clients import ServiceError
 
     with db.session() as s:
         rid = s.get(SampleRow, sample_id).rollout_id
@@ -345,11 +405,4 @@ def release_setups(db: Any, svc: Any, sample_id: str) -> None:
         setups = [(r.world_id, r.sandbox_id) for r in s.scalars(
             select(SetupRow).where(SetupRow.rollout_id == rid, SetupRow.status == "ready"))]  # fmt: skip
     for world_id, sandbox_id in setups:
-        try:
-            if sandbox_id:
-                svc.sandbox.kill(sandbox_id)
-            if world_id:
-                svc.tools.delete_world(world_id)
-        except ServiceError as exc:
-            if exc.status != 404:
-                log.warning("rollout %s: base setup not released: %s", rid, exc)
+        _release(svc, f"rollout {rid}'s base setup", sandbox_id, world_id)

@@ -29,6 +29,11 @@ class PolicyVersion(_Strict):
     version: str = Field(min_length=1, max_length=128, description="The policy version tag.")
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    tool_choice: Literal["auto", "required"] | None = Field(
+        None,
+        description="Sent with the tools on each completion: 'required' makes every turn a "
+        "tool call, decoded under the model service's tool grammar (default: free decoding).",
+    )
 
     _base_url = field_validator("base_url")(http_url)
 

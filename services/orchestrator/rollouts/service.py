@@ -80,19 +80,16 @@ def create_rollout(db: Any, body: RolloutCreate, enqueue: Enqueue, queue: str) -
 
 
 def iterate(db: Any, rollout_id: str, body: RolloutIterate, enqueue: Enqueue) -> RolloutRow:
-    """Iteration n+1 under a new policy version: the paused samples resume, first. Refused
-    (409) while samples of iteration n are still queued or running."""
+    """Iteration n+1 under a new policy version: the paused samples resume, first; samples
+    still running pause at their next tick and resume at once under the new version; queued
+    ones start (or resume) under it when a worker takes them."""
     with db.session() as s:
         roll = s.get(RolloutRow, rollout_id, with_for_update=True)
         if roll is None:
             raise KeyError(rollout_id)
         samples = s.scalars(select(SampleRow).where(SampleRow.rollout_id == rollout_id)).all()
-        busy = [r.id for r in samples if r.status in ("queued", "running")]
-        if busy:
-            raise APIError(409, "iteration_running",
-                           f"iteration {roll.iteration} still has {len(busy)} sample(s) queued "
-                           f"or running (e.g. {busy[0]}); iterate once they paused or finished")  # fmt: skip
-        paused = [r for r in samples if r.phase == "paused"]
+        busy = ("queued", "running")
+        paused = [r for r in samples if r.phase == "paused" and r.status not in busy]
         paused.sort(key=lambda r: (bool((r.paused or {}).get("before_start")), r.updated_at))
         lam = body.lam if body.lam is not None else float(roll.request.get("lam", 1.0))
         roll.iteration += 1
@@ -114,6 +111,36 @@ def iterate(db: Any, rollout_id: str, body: RolloutIterate, enqueue: Enqueue) ->
         s.expunge(roll)
     _enqueue_all(db, ids, enqueue)  # the paused ones first, in the order they paused
     return roll
+
+
+def cancel_samples(db: Any, rollout_id: str, sample_id: str | None = None) -> list[str]:
+    """Cancel a rollout's unfinished samples (or one): phase ``cancelled``, job ``cancelled``.
+    A running sample stops at its next tick and releases its own world and sandbox; the ids
+    returned are the idle ones (queued or paused), whose resources the caller releases.
+    KeyError for an unknown rollout or sample; 409 for a sample already ended."""
+    now = utcnow()
+    with db.session() as s:
+        roll = s.get(RolloutRow, rollout_id, with_for_update=True)
+        if roll is None:
+            raise KeyError(rollout_id)
+        query = select(SampleRow).where(SampleRow.rollout_id == rollout_id)
+        if sample_id is not None:
+            query = query.where(SampleRow.id == sample_id)
+        rows = s.scalars(query).all()
+        if sample_id is not None and not rows:
+            raise KeyError(sample_id)
+        if sample_id is not None and rows[0].phase in TERMINAL_PHASES:
+            raise APIError(409, "sample_ended",
+                           f"sample {sample_id} already ended ({rows[0].phase})")  # fmt: skip
+        idle = []
+        for row in rows:
+            if row.phase in TERMINAL_PHASES:
+                continue
+            if row.status != JobStatus.running.value:
+                idle.append(row.id)
+            row.phase, row.status, row.updated_at = "cancelled", JobStatus.cancelled.value, now
+            row.finished_at, row.progress_message = now, "cancelled"
+    return idle
 
 
 def version_spans(db: Any, sample_id: str) -> tuple[list[VersionSpan], int]:

@@ -9,10 +9,15 @@ the prefix's length, so the template's turn framing is the model's and nothing b
 re-tokenised. A resumed sample rebuilds the ids from its stored segments and goes on from them,
 so what the model saw is exactly what a run without the pause would have sent.
 
-Tool calls are read from the completion text in the Hermes form
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the model service's native XTML
-call parser lives in that service and is not importable here; a model trained for rollouts
-with this harness emits this form).
+New tool results follow the assistant turn that called them: they are rendered after a prefix
+whose assistant message carries that turn's calls (the template names each result's tool and
+index from its call), so the ids sent are the ids a render of the whole conversation has there.
+
+Tool calls are read from the completion text in the model's own chat format (XTML, see
+:mod:`~services.orchestrator.rollouts.xtml`), or, for endpoints that write no markers, the
+Hermes form ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. With the policy's
+``tool_choice`` set, the completion is decoded under the model service's tool grammar
+(``tools`` + ``tool_choice`` on ``/v1/completions``) without adding anything to the prompt.
 """
 
 from __future__ import annotations
@@ -25,14 +30,12 @@ from typing import Any
 import httpx
 
 from services.orchestrator.episode.policy import Turn, View, extractive_summary
+from services.orchestrator.rollouts.xtml import is_xtml, parse_turn
 
 CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
-#: The fixed prefix new messages are rendered after (its tokens are cut off again).
-PREFIX = [
-    {"role": "system", "content": ""},
-    {"role": "user", "content": ""},
-    {"role": "assistant", "content": ""},
-]
+#: The fixed prefix new messages are rendered after (its tokens are cut off again); the
+#: assistant turn they answer is appended to it with its calls.
+PREFIX = [{"role": "system", "content": ""}, {"role": "user", "content": ""}]
 
 
 @dataclass
@@ -66,8 +69,12 @@ class EndpointError(Exception):
     """The policy endpoint refused or broke a request."""
 
 
-def parse_calls(text: str, step: int) -> tuple[str, list[dict[str, Any]]]:
-    """(content without the call blocks, calls as {id, name, arguments-as-JSON-string})."""
+def parse_calls(text: str, step: int) -> tuple[str, list[dict[str, Any]], str | None]:
+    """(content, calls as {id, name, arguments-as-JSON-string}, reasoning) of a completion."""
+    if is_xtml(text):
+        turn = parse_turn(text)
+        calls = [{"id": f"call_{step}_{i}", **c} for i, c in enumerate(turn.calls)]
+        return turn.content, calls, turn.reasoning or None
     calls = []
     for i, m in enumerate(CALL_RE.finditer(text)):
         try:
@@ -84,7 +91,7 @@ def parse_calls(text: str, step: int) -> tuple[str, list[dict[str, Any]]]:
                 "arguments": args if isinstance(args, str) else json.dumps(args),
             }
         )
-    return CALL_RE.sub("", text).strip(), calls
+    return CALL_RE.sub("", text).strip(), calls, None
 
 
 class TokenPolicy:
@@ -102,6 +109,7 @@ class TokenPolicy:
         tokens: TokenState,
         temperature: float = 1.0,
         seed: int | None = None,
+        tool_choice: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 600.0,
     ) -> None:
@@ -112,6 +120,7 @@ class TokenPolicy:
         self.tokens = tokens
         self.temperature = temperature
         self.seed = seed
+        self.tool_choice = tool_choice
         self.segments: list[Segment] = []
         self.sections: list[str] = []
 
@@ -126,26 +135,37 @@ class TokenPolicy:
             raise EndpointError(f"{path}: {resp.status_code} {resp.text[:500]}")
         return resp.json()
 
-    def render(self, messages: list[dict[str, Any]], view: View, first: bool) -> list[int]:
-        """The ids of ``messages`` as the template frames them, ready for the next turn."""
+    def render(
+        self, messages: list[dict[str, Any]], view: View, answered: dict[str, Any] | None
+    ) -> list[int]:
+        """The ids of ``messages`` as the template frames them, ready for the next turn: the
+        whole first prompt, or what follows ``answered`` (the assistant turn they answer)."""
         common: dict[str, Any] = {"add_generation_prompt": True}
         if view.reasoning_effort:
             common["reasoning_effort"] = view.reasoning_effort
-        if first:
+        if answered is None:
             body = {"messages": messages, **common}
             if view.tools:
                 body["tools"] = view.tools
             return list(self._post("/tokenize", body)["tokens"])
-        full = self._post("/tokenize", {"messages": PREFIX + messages, **common})["tokens"]
-        base = self._post("/tokenize", {**common, "messages": PREFIX,
+        turn: dict[str, Any] = {"role": "assistant", "content": ""}
+        if answered.get("tool_calls"):
+            turn["tool_calls"] = answered["tool_calls"]
+        prefix = [*PREFIX, turn]
+        full = self._post("/tokenize", {"messages": prefix + messages, **common})["tokens"]
+        base = self._post("/tokenize", {**common, "messages": prefix,
                                         "add_generation_prompt": False})["tokens"]  # fmt: skip
         if full[: len(base)] != base:
             raise EndpointError("the chat template does not render messages prefix-stably")
-        return list(full[len(base) :])
+        delta = list(full[len(base) :])
+        if self.tokens.ids and base and self.tokens.ids[-1] != base[-1]:
+            delta.insert(0, base[-1])  # a turn cut at max_tokens: its end-of-message first
+        return delta
 
     def act(self, view: View) -> Turn:
-        new = [m for m in view.messages[self.tokens.covered :] if m.get("role") != "assistant"]
-        delta = self.render(new, view, first=self.tokens.covered == 0)
+        covered = self.tokens.covered
+        new = [m for m in view.messages[covered:] if m.get("role") != "assistant"]
+        delta = self.render(new, view, view.messages[covered - 1] if covered else None)
         prompt = self.tokens.ids + delta
         body: dict[str, Any] = {
             "prompt": prompt,
@@ -156,6 +176,8 @@ class TokenPolicy:
         }
         if self.seed is not None:
             body["seed"] = self.seed
+        if self.tool_choice and view.tools:
+            body["tools"], body["tool_choice"] = view.tools, self.tool_choice
         out = self._post("/completions", body)
         choice = out["choices"][0]
         completion = list(choice.get("token_ids") or [])
@@ -169,16 +191,17 @@ class TokenPolicy:
         self.segments.append(Segment(delta, completion, logprobs, self.version, finish))
         self.tokens.ids = prompt + completion
         self.tokens.covered = len(view.messages) + 1  # and the assistant message the loop adds
-        content, calls = parse_calls(choice.get("text") or "", view.step + 1)
+        content, calls, reasoning = parse_calls(choice.get("text") or "", view.step + 1)
         return Turn(
             content=content,
             tool_calls=calls,
+            reasoning=reasoning,
             usage={"prompt_tokens": len(prompt), "completion_tokens": len(completion)},
             model=out.get("model", self.model or ""),
             finish_reason="tool_calls" if calls else finish,
             token_ids=completion,
             logprobs=logprobs,
-            options={k: v for k, v in body.items() if k != "prompt"},
+            options={k: v for k, v in body.items() if k not in ("prompt", "tools")},
         )
 
     def summarize(self, messages: list[dict[str, Any]], prompt: str) -> str:

@@ -60,6 +60,7 @@ from services.model.serving.structured import (
     Constraint,
     StructuredOutputError,
     chat_constraint,
+    completion_constraint,
     thinking_cap,
 )
 from services.model.serving.template import Rendered, TemplateError, render_chat
@@ -612,7 +613,14 @@ class ReferenceBackend(Backend):
             self._check_length([(prompt, False)], "prompt", cancel, allow_special=True)
             return _Prompt(self.tokenizer.encode(prompt, allow_special=True), stop_ids, text=prompt)
         ids = [int(t) for t in prompt]  # type: ignore[union-attr]
-        return _Prompt(ids, stop_ids, text=self.tokenizer.decode(ids))
+        text = self.tokenizer.decode(ids)
+        return _Prompt(ids, stop_ids, text=text, constraint=self._completion_constraint(req, text))
+
+    def _completion_constraint(self, req: CompletionRequest, text: str) -> Constraint | None:
+        try:
+            return completion_constraint(req, text, self.tokenizer)
+        except StructuredOutputError as exc:
+            raise OpenAIError(400, str(exc), param="tools") from exc
 
     async def _completion_prompt(self, req: CompletionRequest) -> _Prompt:
         chars = approx_chars(req.prompt)
@@ -638,9 +646,11 @@ class ReferenceBackend(Backend):
     async def _completion_choice(
         self, req: CompletionRequest, prompt: _Prompt, index: int
     ) -> tuple[CompletionChoice, _Run]:
-        stream = self._start(
-            prompt.ids, self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=index)
+        processor = prompt.constraint.processor() if prompt.constraint else None
+        params = self._params(
+            req, prompt.stop_ids, logprobs=req.logprobs, index=index, processor=processor
         )
+        stream = self._start(prompt.ids, params)
         run = _Run(texts=[prompt.text] if req.echo else [])
         async for out in self._outputs(stream):
             run.texts.extend(p.text for p in out.pieces)
@@ -683,7 +693,13 @@ class ReferenceBackend(Backend):
         streams = await self._start_all(
             prompt.ids,
             [
-                self._params(req, prompt.stop_ids, logprobs=req.logprobs, index=i)
+                self._params(
+                    req,
+                    prompt.stop_ids,
+                    logprobs=req.logprobs,
+                    index=i,
+                    processor=prompt.constraint.processor() if prompt.constraint else None,
+                )
                 for i in range(req.n)
             ],
         )
