@@ -41,11 +41,18 @@ from services.sandbox.runtime.base import (
 
 MAGIC = 0x4B334147
 HEADER = struct.Struct(">IcII")
-MAX_FRAME = 1 << 30
+MAX_FRAME = 8 << 20
+"""Largest frame the host takes from a guest. The agent's frames are at most 1 MiB of file data
+(``READ_CHUNK``) or 64 KiB of exec output; a directory listing is one frame (8 MiB is some 100,000
+entries). A header claiming more is a lie: the connection is cut at once, never buffered."""
 UPLOAD_FRAME = 1 << 20
 """Bytes of file data per frame of a streamed upload (agent version 2)."""
 _EOF = object()
 EFBIG = 27
+
+
+class GuestProtocolViolation(OSError):
+    """The guest broke the wire format (a lie about a frame's size, a bad magic)."""
 
 
 def tlv(tag: str, value: bytes | str | int) -> bytes:
@@ -105,6 +112,8 @@ class AgentClient:
         self._gate = threading.RLock()
         self._send_lock = threading.Lock()
         self._closed = False
+        self.broken: str | None = None
+        """Why the host cut the guest off (a protocol violation), ``None`` while it behaves."""
         # a token no answer carries: resynchronising from the first byte until sync() sets its own
         self._sync_token: bytes | None = secrets.token_bytes(8) if resync else None
         self._sync_event = threading.Event()
@@ -123,6 +132,11 @@ class AgentClient:
                     break
                 buf += data
                 self._consume(buf)
+        except GuestProtocolViolation as exc:
+            self.broken = str(exc)
+            buf = bytearray()  # what the liar sent is dropped now, not when the sandbox goes
+            with contextlib.suppress(OSError):  # cut off: its next write fails
+                self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         with self._lock:
@@ -162,8 +176,14 @@ class AgentClient:
             if len(buf) < HEADER.size:
                 return
             m, kind, rid, n = HEADER.unpack_from(buf)
-            if m != MAGIC or n > MAX_FRAME:
-                raise OSError("guest agent protocol error: bad frame header")
+            if m != MAGIC:
+                raise GuestProtocolViolation("guest agent protocol error: bad frame magic "
+                                             f"{m:#010x}; control port cut off")  # fmt: skip
+            if n > MAX_FRAME:
+                raise GuestProtocolViolation(
+                    f"guest agent protocol error: a frame claiming {n} bytes (the limit is "
+                    f"{MAX_FRAME}); control port cut off"
+                )
             if len(buf) < HEADER.size + n:
                 return
             payload = bytes(buf[HEADER.size : HEADER.size + n])
@@ -233,6 +253,8 @@ class AgentClient:
         rid = next(self._ids) & 0xFFFFFFFF or next(self._ids)
         q: queue.Queue = queue.Queue()
         with self._lock:
+            if self.broken:
+                raise GuestAgentError(self.broken)
             if self._closed:
                 raise GuestAgentError("guest agent connection is closed")
             self._waiters[rid] = q
@@ -248,7 +270,7 @@ class AgentClient:
         except queue.Empty:
             raise GuestAgentError(f"guest agent did not answer within {timeout:.0f} s") from None
         if item is _EOF:
-            raise GuestAgentError("guest agent connection lost")
+            raise GuestAgentError(self.broken or "guest agent connection lost")
         return item
 
     def _call(self, kind: str, payload: bytes, path: str = "") -> tuple[str, bytes]:
