@@ -34,16 +34,17 @@ instead of an endless or half-sent body."""
 
 
 def caller_key(request: Request) -> str | None:
-    """The API key a deployed-mode call counts against (a digest; None in local mode)."""
-    if request.app.state.settings.mode != "deployed":
-        return None
+    """The client a call counts against: a digest of the API key it presents (None without one:
+    it counts as its sandbox's). Local mode checks no key, yet a client that names one still
+    gets a quota of its own, never more than the global and per-sandbox bounds."""
     key = presented_key(request)
     return hashlib.sha256(key.encode()).hexdigest()[:16] if key else None
 
 
 def exec_events(
-    calls: GuestCalls, m: SandboxManager, sandbox_id: str, events: Iterator[ExecStreamEvent]
-) -> AsyncIterator[ExecStreamEvent]:
+    calls: GuestCalls, m: SandboxManager, sandbox_id: str, events: Iterator[ExecStreamEvent],
+    key: str | None = None,
+) -> AsyncIterator[ExecStreamEvent]:  # fmt: skip
     """A command's events, iterated without holding a slot; abandoned -> its process is killed."""
     pid: list[int] = []
 
@@ -57,7 +58,7 @@ def exec_events(
                 pid.append(ev.pid)
             yield ev
 
-    return calls.stream(sandbox_id, track(), on_abandon=kill)
+    return calls.stream(sandbox_id, track(), on_abandon=kill, key=key)
 
 
 async def _disconnected(request: Request) -> None:
@@ -77,7 +78,7 @@ async def run_exec(
     started = time.perf_counter()
     with calls.slot(sandbox_id, key):
         raw = await anyio.to_thread.run_sync(m.exec_stream, sandbox_id, body, limiter=calls.limiter)
-        events = exec_events(calls, m, sandbox_id, raw)
+        events = exec_events(calls, m, sandbox_id, raw, key)
         out = ExecOutput(exit_code=None, stdout="", stderr="", timed_out=False, duration_ms=0)
         parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
         gone, error = True, ""
@@ -125,7 +126,7 @@ async def read_response(
         raw = await anyio.to_thread.run_sync(
             m.read_file_stream, sandbox_id, path, limiter=calls.limiter
         )
-        chunks = calls.stream(sandbox_id, raw)
+        chunks = calls.stream(sandbox_id, raw, key=key)
         head: list[bytes] = []
         size = 0
         async for chunk in chunks:
