@@ -15,8 +15,7 @@ import pytest
 
 from services.sandbox.api.guestcalls import SMALL, GuestCalls
 from shared.errors import APIError
-from tests.helpers.asgi import serve
-from tests.sandbox.conftest import process_runtime_ready
+from tests.sandbox.conftest import process_runtime_ready, served
 from tests.sandbox.waiting import eventually
 
 pytestmark = pytest.mark.timeout(280)
@@ -75,21 +74,9 @@ def url(tmp_path: Path):  # type: ignore[no-untyped-def]
     ok, why = process_runtime_ready()
     if not ok:
         pytest.fail(f"the process runtime cannot run here: {why}")
-    from services.sandbox.app import create_app
-    from shared.settings import load_settings
-
-    settings = load_settings(
-        data_dir=tmp_path / "data",
-        sandbox={"runtime": "process", "reaper_interval_s": 3600, "default_timeout_s": 0,
-                 "warm_pool": 0, "guest_streams_limit": 32, "guest_streams_per_key": 12,
-                 "guest_reserve": 4},
-    )  # fmt: skip
-    app = create_app(settings, background=False)
-    with serve(app) as base:
+    with served(tmp_path / "data", "process", guest_streams_limit=32, guest_streams_per_key=12,
+                guest_reserve=4) as base:  # fmt: skip
         yield base
-        m = app.state.manager
-        for sid in m.running_ids():
-            m.kill(sid)
 
 
 def test_four_clients_holding_streams_leave_a_fifth_answering(url):  # type: ignore[no-untyped-def]
