@@ -206,3 +206,23 @@ def test_files_api_under_a_symlink_swap_race(proc, tmp_path):  # type: ignore[no
     assert swaps[0] > 100, swaps  # the race really ran
     assert codes["read 200"] > 0 and codes["write 200"] > 0, codes
     assert _files_of(host) == before, f"a write landed in the host folder ({codes})"
+
+
+def test_hosts_written_at_start_stay_in_a_tree_the_guest_shaped(tmp_path):  # type: ignore[no-untyped-def]
+    """A resumed sandbox's tree comes from its checkpoint, i.e. from the guest: an ``/etc``
+    that is a symlink to a host folder gets the allowlist names inside the guest tree, and the
+    host's ``hosts`` file stays as it was."""
+    from services.sandbox.runtime.base import NetworkPolicy, SandboxSpec
+    from services.sandbox.runtime.process.launch import LaunchMixin
+
+    mnt, host = tmp_path / "mnt", tmp_path / "hostetc"
+    (mnt / "usr").mkdir(parents=True)
+    (mnt / "root").mkdir()
+    host.mkdir()
+    (host / "hosts").write_text("10.0.0.1 host-only\n")
+    (mnt / "root/etc").symlink_to(host)  # the guest's `ln -s <host path> /etc`
+    spec = SandboxSpec(network=NetworkPolicy(mode="allowlist", allow=["example.test:443"]))
+    LaunchMixin._write_hosts(spec, mnt_root=mnt / "root")
+    assert (host / "hosts").read_text() == "10.0.0.1 host-only\n"
+    inside = mnt / "root" / str(host).lstrip("/") / "hosts"
+    assert "127.0.0.100 example.test" in inside.read_text()

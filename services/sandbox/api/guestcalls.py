@@ -78,15 +78,15 @@ class Pool:
         names = ["*", sb] + ([f"key:{key}"] if key else [])
         client = names[-1]
         glob, per_sb, per_key = self.settings
+        if self.count["*"] >= self.limit:
+            raise _full(f"{self.limit} {self.what} are open already "
+                        f"(global quota, K3STACK_SANDBOX__{glob})")  # fmt: skip
         if self.count[sb] >= self.per_sandbox:
             raise _full(f"{self.per_sandbox} {self.what} are open on sandbox {sandbox_id} "
                         f"already (sandbox quota, K3STACK_SANDBOX__{per_sb})")  # fmt: skip
         if key and self.count[client] >= self.per_key:
             raise _full(f"{self.per_key} {self.what} are open for this API key already "
                         f"(client quota, K3STACK_SANDBOX__{per_key})")  # fmt: skip
-        if self.count["*"] >= self.limit:
-            raise _full(f"{self.limit} {self.what} are open already "
-                        f"(global quota, K3STACK_SANDBOX__{glob})")  # fmt: skip
         if self.count["*"] >= self.limit - self.reserve and self.count[client] >= SMALL:
             raise _full(f"the last {self.reserve} of {self.limit} {self.what} are kept for "
                         f"clients holding fewer than {SMALL} (global quota, "

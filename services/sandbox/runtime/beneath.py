@@ -130,6 +130,35 @@ class GuestTree:
                 with suppress(OSError):
                     os.close(fd)
 
+    def open_read(self, gpath: str) -> int:
+        """A read fd on guest file ``gpath``: regular files and FIFOs (a FIFO with no writer
+        reads as empty); directories (``EISDIR``) and device nodes (``EINVAL``) are refused."""
+        with self.find(gpath) as found:
+            mode = found.stat().st_mode
+            if stat_mod.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            if not (stat_mod.S_ISREG(mode) or stat_mod.S_ISFIFO(mode)):
+                raise OSError(errno.EINVAL, "not a regular file")
+            assert found.fd is not None
+            fd = reopen(found.fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        os.set_blocking(fd, True)
+        return fd
+
+    def open_write(self, gpath: str, mode: int) -> int:
+        """A write fd on guest file ``gpath``, truncated: an existing regular file in place
+        (inode, owner and links stay), else a new one (``O_EXCL``: never something swapped in),
+        its missing parents made. Directories and anything not a regular file are refused."""
+        with self.find(gpath, create_parents=True) as found:
+            if found.name is None or (found.fd is not None and
+                                      stat_mod.S_ISDIR(found.stat().st_mode)):  # fmt: skip
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            if found.fd is None:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                return os.open(found.name, flags, mode, dir_fd=found.parent)
+            if not stat_mod.S_ISREG(found.stat().st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            return reopen(found.fd, os.O_WRONLY | os.O_TRUNC)
+
     # ------------------------------------------------------------------ resolution
 
     def _mount_of(self, parts: list[str]) -> tuple[int, str] | None:

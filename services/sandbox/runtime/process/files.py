@@ -25,7 +25,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
     normalize_guest_path,
 )
-from services.sandbox.runtime.beneath import Found, GuestTree, reopen
+from services.sandbox.runtime.beneath import GuestTree, reopen
 from services.sandbox.runtime.process.fstree import OVERLAYS
 from services.sandbox.runtime.process.host import (
     _guest_errno,
@@ -33,6 +33,13 @@ from services.sandbox.runtime.process.host import (
 
 CHUNK = 256 * 1024
 """Bytes per chunk of a streamed read."""
+
+
+def _error(exc: OSError, gpath: str) -> GuestFileError:
+    """The guest's words for ``exc``; a refusal of the resolver keeps its own reason."""
+    if exc.errno == errno_mod.EINVAL and exc.strerror:  # e.g. "not a regular file"
+        return GuestFileError(f"{gpath}: {exc.strerror}", errno_mod.EINVAL, gpath)
+    return _guest_errno(exc, gpath)
 
 
 class FilesMixin(Runtime):
@@ -56,20 +63,6 @@ class FilesMixin(Runtime):
             mtime=st.st_mtime,
         )
 
-    @staticmethod
-    def _readable(found: Found, gpath: str) -> int:
-        """A read fd on the file ``found`` holds: regular files and FIFOs (a FIFO with no
-        writer reads as empty); directories and device nodes are refused."""
-        mode = found.stat().st_mode
-        if stat_mod.S_ISDIR(mode):
-            raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
-        if not (stat_mod.S_ISREG(mode) or stat_mod.S_ISFIFO(mode)):
-            raise GuestFileError(f"{gpath}: not a regular file", errno_mod.EINVAL, gpath)
-        assert found.fd is not None
-        fd = reopen(found.fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-        os.set_blocking(fd, True)
-        return fd
-
     def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
         return b"".join(self.read_file_stream(h, path, limit))
 
@@ -77,9 +70,7 @@ class FilesMixin(Runtime):
         gpath = normalize_guest_path(path)
         sent = 0
         try:
-            with self._tree(h).find(gpath) as found:
-                fd = self._readable(found, gpath)
-            with os.fdopen(fd, "rb") as fh:
+            with os.fdopen(self._tree(h).open_read(gpath), "rb") as fh:
                 while chunk := fh.read(CHUNK):
                     sent += len(chunk)
                     if limit is not None and sent > limit:
@@ -88,7 +79,7 @@ class FilesMixin(Runtime):
                         )
                     yield chunk
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
         return self.write_file_stream(h, path, [data], mode)
@@ -97,25 +88,12 @@ class FilesMixin(Runtime):
         self, h: VMHandle, path: str, chunks: Iterable[bytes], mode: int = 0o644
     ) -> FileInfo:
         """Replace the file's contents in place (its inode, owner and links stay), creating it
-        and its parents when missing; only a regular file is ever opened for writing."""
+        and its parents when missing (:meth:`GuestTree.open_write`)."""
         gpath = normalize_guest_path(path)
         if gpath == "/":
             raise GuestPathError("cannot write to '/'")
         try:
-            with self._tree(h).find(gpath, create_parents=True) as found:
-                if found.name is None:
-                    raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
-                if found.fd is None:  # O_EXCL: a new regular file, never something swapped in
-                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                    fd = os.open(found.name, flags, mode, dir_fd=found.parent)
-                else:
-                    kind = found.stat().st_mode
-                    if stat_mod.S_ISDIR(kind):
-                        raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
-                    if not stat_mod.S_ISREG(kind):
-                        raise GuestFileError(f"{gpath}: not a regular file", errno_mod.EINVAL,
-                                             gpath)  # fmt: skip
-                    fd = reopen(found.fd, os.O_WRONLY | os.O_TRUNC)
+            fd = self._tree(h).open_write(gpath, mode)
             with os.fdopen(fd, "wb") as f:
                 for chunk in chunks:
                     f.write(chunk)
@@ -123,7 +101,7 @@ class FilesMixin(Runtime):
                 os.fchmod(fd, mode)
                 return self._info(gpath, os.fstat(fd))
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def list_dir(self, h: VMHandle, path: str) -> list[FileInfo]:
         gpath = normalize_guest_path(path)
@@ -147,7 +125,7 @@ class FilesMixin(Runtime):
                     out.append(self._info(f"{base}/{name}", st))
                 return out
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def stat(self, h: VMHandle, path: str) -> FileInfo:
         gpath = normalize_guest_path(path)
@@ -155,7 +133,7 @@ class FilesMixin(Runtime):
             with self._tree(h).find(gpath, follow=False) as found:
                 return self._info(gpath, found.stat())
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def remove(self, h: VMHandle, path: str, recursive: bool = False) -> None:
         gpath = normalize_guest_path(path)
@@ -172,7 +150,7 @@ class FilesMixin(Runtime):
                 else:
                     os.rmdir(found.name, dir_fd=found.parent)
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def make_dir(self, h: VMHandle, path: str) -> FileInfo:
         gpath = normalize_guest_path(path)
@@ -191,4 +169,4 @@ class FilesMixin(Runtime):
                 return self._info(gpath, os.stat(found.name, dir_fd=found.parent,
                                                  follow_symlinks=False))  # fmt: skip
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
