@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -226,3 +227,36 @@ def test_hosts_written_at_start_stay_in_a_tree_the_guest_shaped(tmp_path):  # ty
     assert (host / "hosts").read_text() == "10.0.0.1 host-only\n"
     inside = mnt / "root" / str(host).lstrip("/") / "hosts"
     assert "127.0.0.100 example.test" in inside.read_text()
+
+
+def test_make_dirs_stays_beneath_and_refuses_a_file(tree):  # type: ignore[no-untyped-def]
+    t, root, usr, host = tree
+    assert stat.S_ISDIR(t.make_dirs("/home/user/abs/deep/er").st_mode)
+    assert (root / str(host).lstrip("/") / "deep/er").is_dir()
+    assert sorted(p.name for p in host.iterdir()) == ["secret"]
+    with pytest.raises(FileExistsError):
+        t.make_dirs("/etc/hostname")
+
+
+def test_files_api_ops_through_the_resolver(proc):  # type: ignore[no-untyped-def]
+    """mkdir, write, list, stat, remove (plain and recursive) and a guest symlink, end to end."""
+    c = proc.client
+    r = c.post("/sandboxes", json={"templateID": "busybox", "timeout": 0})
+    assert r.status_code == 201, r.text
+    sid = r.json()["sandboxID"]
+    files = f"/sandboxes/{sid}/files"
+    assert c.post(f"{files}/mkdir", params={"path": "a/b"}).json()["type"] == "dir"
+    assert c.put(files, params={"path": "a/b/f"}, content=b"x").status_code == 200
+    assert [e["name"] for e in c.get(f"{files}/list", params={"path": "a/b"}).json()] == ["f"]
+    r = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "ln -s /home/../etc /home/user/e; echo ok"})
+    assert r.json()["stdout"] == "ok\n", r.text
+    guest = c.post(f"/sandboxes/{sid}/exec", json={"cmd": "cat /etc/hostname"}).json()["stdout"]
+    assert c.get(files, params={"path": "e/hostname"}).text == guest  # as the guest sees it
+    assert c.get(f"{files}/stat", params={"path": "e"}).json()["type"] != "dir"  # not followed
+    assert c.get(files, params={"path": "a"}).status_code == 409  # a directory
+    assert c.post(f"{files}/mkdir", params={"path": "a/b/f"}).status_code == 409  # a file
+    assert c.delete(files, params={"path": "a"}).status_code == 409  # not empty
+    assert c.delete(files, params={"path": "a", "recursive": True}).status_code == 204
+    assert c.get(f"{files}/stat", params={"path": "a"}).status_code == 404
+    assert c.delete(files, params={"path": "e"}).status_code == 204  # the link, not /etc
+    assert c.get(f"{files}/stat", params={"path": "/etc/hostname"}).status_code == 200

@@ -159,6 +159,20 @@ class GuestTree:
                 raise OSError(errno.EINVAL, "not a regular file")
             return reopen(found.fd, os.O_WRONLY | os.O_TRUNC)
 
+    def make_dirs(self, gpath: str) -> os.stat_result:
+        """``mkdir -p`` of guest path ``gpath`` beneath the tree (``EEXIST`` when something
+        other than a directory is there); the stat of the directory."""
+        with self.find(gpath, create_parents=True) as found:
+            if found.fd is None:
+                assert found.name is not None
+                with suppress(FileExistsError):
+                    os.mkdir(found.name, 0o755, dir_fd=found.parent)
+                return os.stat(found.name, dir_fd=found.parent, follow_symlinks=False)
+            st = found.stat()
+            if not stat_mod.S_ISDIR(st.st_mode):
+                raise FileExistsError(errno.EEXIST, "exists and is not a directory")
+            return st
+
     # ------------------------------------------------------------------ resolution
 
     def _mount_of(self, parts: list[str]) -> tuple[int, str] | None:

@@ -155,18 +155,6 @@ class FilesMixin(Runtime):
     def make_dir(self, h: VMHandle, path: str) -> FileInfo:
         gpath = normalize_guest_path(path)
         try:
-            with self._tree(h).find(gpath, create_parents=True) as found:
-                if found.fd is not None:
-                    st = found.stat()
-                    if not stat_mod.S_ISDIR(st.st_mode):
-                        raise FileExistsError(errno_mod.EEXIST, "exists and is not a directory")
-                    return self._info(gpath, st)
-                assert found.name is not None
-                try:
-                    os.mkdir(found.name, 0o755, dir_fd=found.parent)
-                except FileExistsError:
-                    pass
-                return self._info(gpath, os.stat(found.name, dir_fd=found.parent,
-                                                 follow_symlinks=False))  # fmt: skip
+            return self._info(gpath, self._tree(h).make_dirs(gpath))
         except OSError as exc:
             raise _error(exc, gpath) from exc
