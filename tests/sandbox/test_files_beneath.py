@@ -98,6 +98,7 @@ def read(t: GuestTree, gpath: str) -> bytes:
 
 def test_symlinks_resolve_as_the_guest_sees_them(tree):  # type: ignore[no-untyped-def]
     t, root, usr, host = tree
+    assert read(t, "/usr/bin/tool") == b"tool\n"  # the /usr mount
     assert read(t, "/bin/tool") == b"tool\n"  # through a symlink onto the /usr mount
     assert read(t, "/home/user/up/hostname") == b"guest\n"  # '..' stops at the guest root
     with pytest.raises(FileNotFoundError):  # the host folder's path, taken in the guest
