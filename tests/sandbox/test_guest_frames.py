@@ -12,11 +12,12 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from services.sandbox.guest.protocol import HEADER, MAGIC, MAX_FRAME, AgentClient
+from services.sandbox.guest.protocol import BACKLOG, HEADER, MAGIC, MAX_FRAME, AgentClient
 from services.sandbox.images.builder import build_agent
 from services.sandbox.runtime.base import GuestAgentError
 from tests.sandbox.waiting import eventually
@@ -108,3 +109,44 @@ def test_a_broken_guest_is_stopped_with_its_reason(proc, monkeypatch):  # type: 
     assert detail["state"] == "error" and why in detail["error"], detail
     assert not live.runtime.is_alive(live.handle)  # its processes are gone
     assert c.get(f"/sandboxes/{other}").json()["state"] == "running"
+
+
+def test_replies_a_caller_has_not_taken_wait_in_the_guest():  # type: ignore[no-untyped-def]
+    """Frames of a legal size for a live request, sent faster than its caller takes them (a
+    guest flooding a download): the host holds about BACKLOG of them and the guest's writes
+    wait; once the caller reads, every byte arrives in order."""
+    host, guest = socket.socketpair()
+    client = AgentClient(host, timeout_s=60)
+    client.version = 2  # a streamed read, as agent version 2 answers it
+    frames, size = 48, 1 << 20
+    chunks = client.read_file_stream("/big", limit=frames * size)
+    first: list[bytes] = []
+    reader = threading.Thread(target=lambda: first.append(next(chunks)))
+    reader.start()
+    rid = HEADER.unpack(guest.recv(HEADER.size, socket.MSG_WAITALL))[2]  # the request's id
+    sent: list[int] = []
+
+    def flood() -> None:
+        for i in range(frames):
+            guest.sendall(HEADER.pack(MAGIC, b"D", rid, size) + bytes([i]) * size)
+            sent.append(i)
+        guest.sendall(HEADER.pack(MAGIC, b"K", rid, 0))
+
+    before = _rss_mib()
+    threading.Thread(target=flood, daemon=True).start()
+    try:
+        reader.join(timeout=60)
+        assert first and first[0] == b"\0" * size
+        eventually(lambda: len(sent), lambda n: n >= BACKLOG // size, timeout_s=60,
+                   what="the guest filled the backlog")  # fmt: skip
+        # a window to move on in: the guest gets out the backlog plus what the socket buffers
+        # hold (a slow host only moves less), far from all of it
+        time.sleep(1.0)
+        assert len(sent) <= BACKLOG // size + 4 < frames, (len(sent), frames)
+        grown = _rss_mib() - before
+        assert grown < 16 + BACKLOG / (1 << 20), f"RSS grew {grown:.0f} MiB"
+        got = [c[0] for c in chunks]  # the caller reads on: all of it, in order
+        assert got == list(range(1, frames)), got[:5]
+    finally:
+        client.close()
+        guest.close()

@@ -48,6 +48,9 @@ entries). A header claiming more is a lie: the connection is cut at once, never 
 UPLOAD_FRAME = 1 << 20
 """Bytes of file data per frame of a streamed upload (agent version 2)."""
 _EOF = object()
+BACKLOG = 8 << 20
+"""Bytes of replies the reader holds for one request its caller has not taken yet; past it the
+reader waits for the caller (back pressure to the guest) instead of buffering without end."""
 EFBIG = 27
 
 
@@ -91,6 +94,12 @@ def _entry(text: bytes, dirpath: str | None) -> FileInfo:
     )
 
 
+class _Replies(queue.Queue):
+    """One request's replies, and how many payload bytes of them wait to be taken."""
+
+    held = 0
+
+
 class AgentClient:
     """One connection to a guest agent. Thread-safe.
 
@@ -107,8 +116,9 @@ class AgentClient:
         self._timeout = timeout_s
         self.version = 1
         self._ids = itertools.count(1)
-        self._waiters: dict[int, queue.Queue] = {}
+        self._waiters: dict[int, _Replies] = {}
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._gate = threading.RLock()
         self._send_lock = threading.Lock()
         self._closed = False
@@ -190,6 +200,11 @@ class AgentClient:
             del buf[: HEADER.size + n]
             with self._lock:
                 q = self._waiters.get(rid)
+                while q is not None and q.held > BACKLOG and not self._closed:
+                    self._drained.wait(1.0)  # the caller is slow: the guest waits, not memory
+                    q = self._waiters.get(rid)
+                if q is not None:
+                    q.held += len(payload)
             if q is not None:
                 q.put((kind.decode(), payload))
 
@@ -239,6 +254,9 @@ class AgentClient:
             yield
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True  # a reader waiting on a slow caller stops waiting
+            self._drained.notify_all()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
@@ -249,9 +267,9 @@ class AgentClient:
 
     # ------------------------------------------------------------------ requests
 
-    def _open(self) -> tuple[int, queue.Queue]:
+    def _open(self) -> tuple[int, _Replies]:
         rid = next(self._ids) & 0xFFFFFFFF or next(self._ids)
-        q: queue.Queue = queue.Queue()
+        q = _Replies()
         with self._lock:
             if self.broken:
                 raise GuestAgentError(self.broken)
@@ -263,14 +281,18 @@ class AgentClient:
     def _done(self, rid: int) -> None:
         with self._lock:
             self._waiters.pop(rid, None)
+            self._drained.notify_all()
 
-    def _get(self, q: queue.Queue, timeout: float | None) -> tuple[str, bytes]:
+    def _get(self, q: _Replies, timeout: float | None) -> tuple[str, bytes]:
         try:
             item = q.get(timeout=timeout)
         except queue.Empty:
             raise GuestAgentError(f"guest agent did not answer within {timeout:.0f} s") from None
         if item is _EOF:
             raise GuestAgentError(self.broken or "guest agent connection lost")
+        with self._lock:
+            q.held -= len(item[1])
+            self._drained.notify_all()
         return item
 
     def _call(self, kind: str, payload: bytes, path: str = "") -> tuple[str, bytes]:
