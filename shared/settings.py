@@ -269,7 +269,7 @@ class SandboxSettings(ServiceSettings):
     )  # fmt: skip
     guest_calls_per_key: int = Field(
         32, ge=1, le=1024,
-        description="Of those, most in flight for one API key (the key a call presents).",
+        description="Of those, most in flight for one API key (deployed mode).",
     )  # fmt: skip
     guest_streams_limit: int = Field(
         256, ge=4, le=65536,
@@ -278,8 +278,8 @@ class SandboxSettings(ServiceSettings):
     )  # fmt: skip
     guest_streams_per_key: int = Field(
         64, ge=1, le=65536,
-        description="Of those streams, most open for one API key, so one client cannot hold them "
-        "all (a call without a key counts as its sandbox's).",
+        description="Of those streams, most open for one API key (deployed mode), so one client "
+        "cannot hold them all.",
     )  # fmt: skip
     guest_reserve: int = Field(
         8, ge=0, le=1024,

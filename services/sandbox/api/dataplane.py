@@ -34,9 +34,10 @@ instead of an endless or half-sent body."""
 
 
 def caller_key(request: Request) -> str | None:
-    """The client a call counts against: a digest of the API key it presents (None without one:
-    it counts as its sandbox's). Local mode checks no key, yet a client that names one still
-    gets a quota of its own, never more than the global and per-sandbox bounds."""
+    """The client a deployed-mode call counts against: a digest of its API key. None in local
+    mode (no key is checked there, and every SDK sends the same one): the sandbox is the client."""
+    if request.app.state.settings.mode != "deployed":
+        return None
     key = presented_key(request)
     return hashlib.sha256(key.encode()).hexdigest()[:16] if key else None
 

@@ -5,8 +5,8 @@ long (``sleep 1000`` with ``timeout: 0``, a stalled upload). Three rules keep on
 exhausting the data plane for everyone:
 
 * **slots**: a call holds a slot of the global bound (``guest_call_limit``), of its sandbox
-  (``guest_calls_per_sandbox``) and of its client's (``guest_calls_per_key``: the API key it
-  presents); when any is full it is refused at once with 429 naming the quota (never queued),
+  (``guest_calls_per_sandbox``) and, in deployed mode, of its API key's
+  (``guest_calls_per_key``); when any is full it is refused at once with 429 naming the quota (never queued),
   so one sandbox's hung execs leave the other sandboxes' calls, lifecycle routes, listing and
   health answering;
 * **reserve**: the last ``guest_reserve`` places of each global bound go only to a client
@@ -59,8 +59,8 @@ class Pool:
     """One bounded kind of use (guest-call slots, or streams) counted globally, per sandbox and
     per client, with a reserve: the last ``reserve`` places of the global bound are admitted
     only to a client holding fewer than :data:`SMALL` here, so a few clients that fill the
-    pool (and retry on 429) never starve another one. A client is its API key when the call
-    presents one, else its sandbox. Every refusal names the quota and its setting."""
+    pool (and retry on 429) never starve another one. A client is its API key in deployed
+    mode, else its sandbox. Every refusal names the quota and its setting."""
 
     def __init__(
         self, what: str, limit: int, per_sandbox: int, per_key: int, reserve: int,
