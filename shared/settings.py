@@ -276,6 +276,16 @@ class SandboxSettings(ServiceSettings):
         description="Streamed execs (SDK commands, background ones too) and downloads open at "
         "once, a quarter of it per sandbox; they hold no guest-call slot while they run.",
     )  # fmt: skip
+    guest_streams_per_key: int = Field(
+        64, ge=1, le=65536,
+        description="Of those streams, most open for one API key (deployed mode), so one client "
+        "cannot hold them all.",
+    )  # fmt: skip
+    guest_reserve: int = Field(
+        8, ge=0, le=1024,
+        description="Last places of the global call and stream bounds kept for clients holding "
+        "fewer than 2 there: a few clients filling the pools never starve another.",
+    )  # fmt: skip
     host_domain: str = Field(
         "sandbox.localhost",
         min_length=1,

@@ -65,7 +65,7 @@ def create_app(
         sb = settings.sandbox
         app.state.guest_calls = GuestCalls(
             sb.guest_call_limit, sb.guest_calls_per_sandbox, sb.guest_calls_per_key,
-            sb.guest_streams_limit,
+            sb.guest_streams_limit, sb.guest_streams_per_key, sb.guest_reserve,
         )  # fmt: skip
         app.state.db = db
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -125,3 +126,23 @@ def http_servers():
     for s in servers:
         s.shutdown()
         s.server_close()
+
+
+@contextmanager
+def served(data_dir: Path, runtime: str, **sandbox: object) -> Iterator[str]:
+    """The sandbox app on a private port (a real server: streams held open over HTTP), its base
+    URL; every sandbox still running at the end is killed."""
+    from services.sandbox.app import create_app
+    from tests.helpers.asgi import serve
+
+    settings = load_settings(
+        data_dir=data_dir,
+        sandbox={"runtime": runtime, "reaper_interval_s": 3600, "default_timeout_s": 0,
+                 "warm_pool": 0, **sandbox},
+    )  # fmt: skip
+    app = create_app(settings, background=False)
+    with serve(app) as base:
+        yield base
+        m = app.state.manager
+        for sid in m.running_ids():
+            m.kill(sid)

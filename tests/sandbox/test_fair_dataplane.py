@@ -22,8 +22,7 @@ import httpx
 import pytest
 
 from services.sandbox.runtime.process.cgroups import CommandCgroups
-from tests.helpers.asgi import serve
-from tests.sandbox.conftest import process_runtime_ready
+from tests.sandbox.conftest import process_runtime_ready, served
 from tests.sandbox.waiting import eventually
 
 pytestmark = pytest.mark.timeout(280)
@@ -63,21 +62,9 @@ def runtime_ready(runtime: str) -> None:
 @pytest.fixture(params=RUNTIMES)
 def url(request, tmp_path: Path):  # type: ignore[no-untyped-def]
     runtime_ready(request.param)
-    from services.sandbox.app import create_app
-    from shared.settings import load_settings
-
-    settings = load_settings(
-        data_dir=tmp_path / "data",
-        sandbox={"runtime": request.param, "reaper_interval_s": 3600, "default_timeout_s": 0,
-                 "guest_calls_per_sandbox": 8, "max_upload_bytes": 64 * 1024 * 1024,
-                 "guest_pids_max": 256, "warm_pool": 0},
-    )  # fmt: skip
-    app = create_app(settings, background=False)
-    with serve(app) as base:
+    with served(tmp_path / "data", request.param, guest_calls_per_sandbox=8,
+                max_upload_bytes=64 * 1024 * 1024, guest_pids_max=256) as base:  # fmt: skip
         yield base
-        m = app.state.manager
-        for sid in m.running_ids():
-            m.kill(sid)
 
 
 def create(c: httpx.Client) -> str:

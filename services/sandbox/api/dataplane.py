@@ -34,7 +34,8 @@ instead of an endless or half-sent body."""
 
 
 def caller_key(request: Request) -> str | None:
-    """The API key a deployed-mode call counts against (a digest; None in local mode)."""
+    """The client a deployed-mode call counts against: a digest of its API key. None in local
+    mode (no key is checked there, and every SDK sends the same one): the sandbox is the client."""
     if request.app.state.settings.mode != "deployed":
         return None
     key = presented_key(request)
@@ -42,8 +43,9 @@ def caller_key(request: Request) -> str | None:
 
 
 def exec_events(
-    calls: GuestCalls, m: SandboxManager, sandbox_id: str, events: Iterator[ExecStreamEvent]
-) -> AsyncIterator[ExecStreamEvent]:
+    calls: GuestCalls, m: SandboxManager, sandbox_id: str, events: Iterator[ExecStreamEvent],
+    key: str | None = None,
+) -> AsyncIterator[ExecStreamEvent]:  # fmt: skip
     """A command's events, iterated without holding a slot; abandoned -> its process is killed."""
     pid: list[int] = []
 
@@ -57,7 +59,7 @@ def exec_events(
                 pid.append(ev.pid)
             yield ev
 
-    return calls.stream(sandbox_id, track(), on_abandon=kill)
+    return calls.stream(sandbox_id, track(), on_abandon=kill, key=key)
 
 
 async def _disconnected(request: Request) -> None:
@@ -77,7 +79,7 @@ async def run_exec(
     started = time.perf_counter()
     with calls.slot(sandbox_id, key):
         raw = await anyio.to_thread.run_sync(m.exec_stream, sandbox_id, body, limiter=calls.limiter)
-        events = exec_events(calls, m, sandbox_id, raw)
+        events = exec_events(calls, m, sandbox_id, raw, key)
         out = ExecOutput(exit_code=None, stdout="", stderr="", timed_out=False, duration_ms=0)
         parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
         gone, error = True, ""
@@ -125,7 +127,7 @@ async def read_response(
         raw = await anyio.to_thread.run_sync(
             m.read_file_stream, sandbox_id, path, limiter=calls.limiter
         )
-        chunks = calls.stream(sandbox_id, raw)
+        chunks = calls.stream(sandbox_id, raw, key=key)
         head: list[bytes] = []
         size = 0
         async for chunk in chunks:

@@ -354,8 +354,9 @@ async def exec_command_stream(
 ) -> StreamingResponse:  # noqa: N803
     """Run a command, streaming ``start``, ``stdout``/``stderr`` chunks and ``exit`` as they
     happen: NDJSON by default, Server-Sent Events when the client accepts text/event-stream."""
-    raw = await calls.run(sandboxID, m.exec_stream, sandboxID, body, key=caller_key(request))
-    events = exec_events(calls, m, sandboxID, raw)
+    key = caller_key(request)
+    raw = await calls.run(sandboxID, m.exec_stream, sandboxID, body, key=key)
+    events = exec_events(calls, m, sandboxID, raw, key)
     sse = "text/event-stream" in request.headers.get("accept", "")
 
     async def body_iter() -> AsyncIterator[bytes]:

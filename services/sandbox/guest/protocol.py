@@ -41,11 +41,21 @@ from services.sandbox.runtime.base import (
 
 MAGIC = 0x4B334147
 HEADER = struct.Struct(">IcII")
-MAX_FRAME = 1 << 30
+MAX_FRAME = 8 << 20
+"""Largest frame the host takes from a guest. The agent's frames are at most 1 MiB of file data
+(``READ_CHUNK``) or 64 KiB of exec output; a directory listing is one frame (8 MiB is some 100,000
+entries). A header claiming more is a lie: the connection is cut at once, never buffered."""
 UPLOAD_FRAME = 1 << 20
 """Bytes of file data per frame of a streamed upload (agent version 2)."""
 _EOF = object()
+BACKLOG = 8 << 20
+"""Bytes of replies the reader holds for one request its caller has not taken yet; past it the
+reader waits for the caller (back pressure to the guest) instead of buffering without end."""
 EFBIG = 27
+
+
+class GuestProtocolViolation(OSError):
+    """The guest broke the wire format (a lie about a frame's size, a bad magic)."""
 
 
 def tlv(tag: str, value: bytes | str | int) -> bytes:
@@ -84,6 +94,12 @@ def _entry(text: bytes, dirpath: str | None) -> FileInfo:
     )
 
 
+class _Replies(queue.Queue):
+    """One request's replies, and how many payload bytes of them wait to be taken."""
+
+    held = 0
+
+
 class AgentClient:
     """One connection to a guest agent. Thread-safe.
 
@@ -100,11 +116,14 @@ class AgentClient:
         self._timeout = timeout_s
         self.version = 1
         self._ids = itertools.count(1)
-        self._waiters: dict[int, queue.Queue] = {}
+        self._waiters: dict[int, _Replies] = {}
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._gate = threading.RLock()
         self._send_lock = threading.Lock()
         self._closed = False
+        self.broken: str | None = None
+        """Why the host cut the guest off (a protocol violation), ``None`` while it behaves."""
         # a token no answer carries: resynchronising from the first byte until sync() sets its own
         self._sync_token: bytes | None = secrets.token_bytes(8) if resync else None
         self._sync_event = threading.Event()
@@ -123,6 +142,11 @@ class AgentClient:
                     break
                 buf += data
                 self._consume(buf)
+        except GuestProtocolViolation as exc:
+            self.broken = str(exc)
+            buf = bytearray()  # what the liar sent is dropped now, not when the sandbox goes
+            with contextlib.suppress(OSError):  # cut off: its next write fails
+                self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         with self._lock:
@@ -162,14 +186,25 @@ class AgentClient:
             if len(buf) < HEADER.size:
                 return
             m, kind, rid, n = HEADER.unpack_from(buf)
-            if m != MAGIC or n > MAX_FRAME:
-                raise OSError("guest agent protocol error: bad frame header")
+            if m != MAGIC:
+                raise GuestProtocolViolation("guest agent protocol error: bad frame magic "
+                                             f"{m:#010x}; control port cut off")  # fmt: skip
+            if n > MAX_FRAME:
+                raise GuestProtocolViolation(
+                    f"guest agent protocol error: a frame claiming {n} bytes (the limit is "
+                    f"{MAX_FRAME}); control port cut off"
+                )
             if len(buf) < HEADER.size + n:
                 return
             payload = bytes(buf[HEADER.size : HEADER.size + n])
             del buf[: HEADER.size + n]
             with self._lock:
                 q = self._waiters.get(rid)
+                while q is not None and q.held > BACKLOG and not self._closed:
+                    self._drained.wait(1.0)  # the caller is slow: the guest waits, not memory
+                    q = self._waiters.get(rid)
+                if q is not None:
+                    q.held += len(payload)
             if q is not None:
                 q.put((kind.decode(), payload))
 
@@ -219,6 +254,9 @@ class AgentClient:
             yield
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True  # a reader waiting on a slow caller stops waiting
+            self._drained.notify_all()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
@@ -229,10 +267,12 @@ class AgentClient:
 
     # ------------------------------------------------------------------ requests
 
-    def _open(self) -> tuple[int, queue.Queue]:
+    def _open(self) -> tuple[int, _Replies]:
         rid = next(self._ids) & 0xFFFFFFFF or next(self._ids)
-        q: queue.Queue = queue.Queue()
+        q = _Replies()
         with self._lock:
+            if self.broken:
+                raise GuestAgentError(self.broken)
             if self._closed:
                 raise GuestAgentError("guest agent connection is closed")
             self._waiters[rid] = q
@@ -241,14 +281,18 @@ class AgentClient:
     def _done(self, rid: int) -> None:
         with self._lock:
             self._waiters.pop(rid, None)
+            self._drained.notify_all()
 
-    def _get(self, q: queue.Queue, timeout: float | None) -> tuple[str, bytes]:
+    def _get(self, q: _Replies, timeout: float | None) -> tuple[str, bytes]:
         try:
             item = q.get(timeout=timeout)
         except queue.Empty:
             raise GuestAgentError(f"guest agent did not answer within {timeout:.0f} s") from None
         if item is _EOF:
-            raise GuestAgentError("guest agent connection lost")
+            raise GuestAgentError(self.broken or "guest agent connection lost")
+        with self._lock:
+            q.held -= len(item[1])
+            self._drained.notify_all()
         return item
 
     def _call(self, kind: str, payload: bytes, path: str = "") -> tuple[str, bytes]:

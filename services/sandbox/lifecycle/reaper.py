@@ -66,13 +66,15 @@ class Reaper:
                 live = st.live.get(sandbox_id)
                 if live is None:
                     continue
-                if not live.runtime.is_alive(live.handle):
+                broken = live.runtime.broken_reason(live.handle)
+                if broken or not live.runtime.is_alive(live.handle):
                     st.live.pop(sandbox_id, None)
                     st.stop_quietly(live.runtime, live.handle)  # memory file, sockets
                     with st.db.session() as s:
                         row = s.get(SandboxRow, sandbox_id)
                         if row is not None:
-                            st.mark_lost(row, "the sandbox's VM exited unexpectedly")
+                            why = broken or "the sandbox's VM exited unexpectedly"
+                            st.mark_lost(row, why)
                     done["lost"].append(sandbox_id)
                     continue
                 if live.end_at is not None and now >= live.end_at:

@@ -400,6 +400,12 @@ class Runtime(ABC):
     def is_alive(self, h: VMHandle) -> bool:
         """Whether the sandbox's VM/process is running (cheap; no guest round trip)."""
 
+    def broken_reason(self, h: VMHandle) -> str | None:
+        """Why the host cut this sandbox's guest off (it broke the control protocol, e.g. lied
+        about a frame's size), ``None`` while it behaves. The reaper stops a broken sandbox
+        and keeps the reason on its row."""
+        return None
+
     def freeze(self, h: VMHandle) -> None:
         """Stop every process of the sandbox in place, memory kept (``capabilities.freezer``)."""
         raise UnsupportedOperation(f"runtime {self.name!r} cannot freeze a sandbox")

@@ -320,6 +320,11 @@ class FirecrackerRuntime(Runtime):
         self._agent(h)
         return h
 
+    def broken_reason(self, h: VMHandle) -> str | None:
+        with self._lock:
+            agent = self._agents.get(h.sandbox_id)
+        return getattr(agent, "broken", None)
+
     def is_alive(self, h: VMHandle) -> bool:
         with self._lock:
             proc = self._procs.get(h.sandbox_id)

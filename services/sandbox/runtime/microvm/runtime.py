@@ -22,14 +22,13 @@ How a sandbox is laid out on the host:
 * The **guest agent** (``guest/agent.c``) answers on a virtio-serial port whose host end is a
   unix socket of QEMU; :class:`~services.sandbox.guest.protocol.AgentClient` speaks to it.
 
-Checkpoint (VM keeps running afterwards): hold the agent gate -> ``stop`` -> save device state
--> page hashes of guest memory (a booted VM: every data page of its file, natively, holes
-skipped; a restored VM: only the pages it wrote since the restore) -> compare with the
-parent's page hashes -> store changed non-zero pages content-addressed
-(:class:`~services.sandbox.pagestore.PageStore`) -> ``cont``. Restore: the checkpoint's base
-file (assembled from the page store the first time the checkpoint is restored), a QEMU from
-the warm pool (or fresh) mapping it privately with ``-incoming defer``, load the device state,
-``cont``, resynchronise the agent.
+Checkpoint (VM keeps running afterwards): hold the agent gate -> ``stop`` -> save device state ->
+page hashes of guest memory (a booted VM: every data page of its file, natively, holes skipped; a
+restored VM: only the pages it wrote since the restore) -> compare with the parent's page hashes ->
+store changed non-zero pages content-addressed (:class:`~services.sandbox.pagestore.PageStore`) ->
+``cont``. Restore: the checkpoint's base file (assembled from the page store the first time the
+checkpoint is restored), a QEMU from the warm pool (or fresh) mapping it privately with
+``-incoming defer``, load the device state, ``cont``, resynchronise the agent.
 
 Acceleration: KVM when a boot probe on this host shows it works (``/dev/kvm`` on these machines
 is a nested PVM that fails on stock guest kernels), else TCG; the probe result is cached per
@@ -124,8 +123,7 @@ class _Live:
 
 
 def missing_runtime_files() -> list[str]:
-    """Sources the runtime compiles or copies at run time that this installation lacks (a
-    wheel built without them boots nothing, so the probe says so instead of picking microvm)."""
+    """Sources compiled or copied at run time that this install lacks (the probe names them)."""
     from services.sandbox.images.builder import GUEST_DIR
     from services.sandbox.pagestore.hashing import _SRC as PAGEHASH_SRC
 
@@ -455,6 +453,10 @@ class MicroVMRuntime(Runtime):
             return Path(f"/proc/{live.pid}/cmdline").read_bytes().startswith(QEMU.encode())
         except OSError:
             return False
+
+    def broken_reason(self, h: VMHandle) -> str | None:
+        live = self._live.get(h.sandbox_id)  # one dict read: atomic
+        return live.agent.broken if live else None
 
     def is_alive(self, h: VMHandle) -> bool:
         with self._lock:

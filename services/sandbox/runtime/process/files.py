@@ -1,8 +1,10 @@
-"""Files of a process sandbox, read and written from the host through its mount points, with guest
-symlinks resolved inside the guest root.
+"""Files of a process sandbox, read and written from the host through its overlay mounts, every
+path resolved beneath the guest tree without a race (:mod:`services.sandbox.runtime.beneath`):
+a guest that swaps a directory for a symlink to a host folder mid-request gets an error, never
+a host file.
 
 A mixin of :class:`~services.sandbox.runtime.process.runtime.ProcessRuntime`; it uses the
-runtime's ``root``, ``images_dir``, tools (``bwrap``, ``nsenter``, ``setpriv``) and ``_lock``.
+runtime's ``_check_alive``.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import errno as errno_mod
 import os
 import shutil
 import stat as stat_mod
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from services.sandbox.runtime.base import (
@@ -24,6 +25,8 @@ from services.sandbox.runtime.base import (
     VMHandle,
     normalize_guest_path,
 )
+from services.sandbox.runtime.beneath import GuestTree, reopen
+from services.sandbox.runtime.process.fstree import OVERLAYS
 from services.sandbox.runtime.process.host import (
     _guest_errno,
 )
@@ -32,50 +35,24 @@ CHUNK = 256 * 1024
 """Bytes per chunk of a streamed read."""
 
 
+def _error(exc: OSError, gpath: str) -> GuestFileError:
+    """The guest's words for ``exc``; a refusal of the resolver keeps its own reason."""
+    if exc.errno == errno_mod.EINVAL and exc.strerror:  # e.g. "not a regular file"
+        return GuestFileError(f"{gpath}: {exc.strerror}", errno_mod.EINVAL, gpath)
+    return _guest_errno(exc, gpath)
+
+
 class FilesMixin(Runtime):
     """read, write, list, stat, remove, make_dir."""
 
-    # -- files
-
-    def _host(self, h: VMHandle, gpath: str, follow_last: bool = True) -> Path:
-        """Host path of guest path ``gpath``; symlinks are resolved inside the guest root."""
+    def _tree(self, h: VMHandle) -> GuestTree:
+        """The sandbox's guest tree: each overlay's mount folder at its guest mount point."""
         self._check_alive(h)
         mnt = Path(h.workdir) / "mnt"
-        parts: deque[str] = deque(p for p in normalize_guest_path(gpath).split("/") if p)
-        resolved: list[str] = []
-        hops = 0
-        while parts:
-            part = parts.popleft()
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if resolved:
-                    resolved.pop()
-                continue
-            candidate = [*resolved, part]
-            host = self._map(mnt, candidate)
-            if (parts or follow_last) and host.is_symlink():
-                hops += 1
-                if hops > 40:
-                    raise GuestFileError(f"{gpath}: too many levels of symbolic links",
-                                         errno_mod.ELOOP, gpath)  # fmt: skip
-                target = os.readlink(host)
-                if target.startswith("/"):
-                    resolved = []
-                parts.extendleft(reversed([p for p in target.split("/") if p]))
-                continue
-            resolved = candidate
-        return self._map(mnt, resolved)
+        return GuestTree({point: mnt / name for name, point in OVERLAYS.items()})
 
     @staticmethod
-    def _map(mnt: Path, parts: list[str]) -> Path:
-        if parts and parts[0] == "usr":
-            return mnt.joinpath("usr", *parts[1:])
-        return mnt.joinpath("root", *parts)
-
-    @staticmethod
-    def _info(gpath: str, host: Path) -> FileInfo:
-        st = os.lstat(host)
+    def _info(gpath: str, st: os.stat_result) -> FileInfo:
         return FileInfo(
             path=gpath,
             name=gpath.rsplit("/", 1)[-1] or "/",
@@ -87,29 +64,13 @@ class FilesMixin(Runtime):
         )
 
     def read_file(self, h: VMHandle, path: str, limit: int | None = None) -> bytes:
-        gpath = normalize_guest_path(path)
-        host = self._host(h, gpath)
-        try:
-            if host.is_dir():
-                raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
-            with open(host, "rb") as fh:
-                data = fh.read() if limit is None else fh.read(limit + 1)
-            if limit is not None and len(data) > limit:
-                raise GuestFileTooLarge(
-                    f"{gpath} is larger than {limit} bytes", errno_mod.EFBIG, gpath
-                )
-            return data
-        except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+        return b"".join(self.read_file_stream(h, path, limit))
 
     def read_file_stream(self, h: VMHandle, path: str, limit: int | None = None) -> Iterator[bytes]:
         gpath = normalize_guest_path(path)
-        host = self._host(h, gpath)
         sent = 0
         try:
-            if host.is_dir():
-                raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
-            with open(host, "rb") as fh:
+            with os.fdopen(self._tree(h).open_read(gpath), "rb") as fh:
                 while chunk := fh.read(CHUNK):
                     sent += len(chunk)
                     if limit is not None and sent > limit:
@@ -118,69 +79,82 @@ class FilesMixin(Runtime):
                         )
                     yield chunk
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def write_file(self, h: VMHandle, path: str, data: bytes, mode: int = 0o644) -> FileInfo:
+        return self.write_file_stream(h, path, [data], mode)
+
+    def write_file_stream(
+        self, h: VMHandle, path: str, chunks: Iterable[bytes], mode: int = 0o644
+    ) -> FileInfo:
+        """Replace the file's contents in place (its inode, owner and links stay), creating it
+        and its parents when missing (:meth:`GuestTree.open_write`)."""
         gpath = normalize_guest_path(path)
         if gpath == "/":
             raise GuestPathError("cannot write to '/'")
-        host = self._host(h, gpath)
         try:
-            parent = self._host(h, gpath.rsplit("/", 1)[0] or "/")
-            parent.mkdir(parents=True, exist_ok=True)
-            if host.is_dir():
-                raise GuestFileError(f"{gpath}: is a directory", errno_mod.EISDIR, gpath)
-            fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+            fd = self._tree(h).open_write(gpath, mode)
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(host, mode)
-            return self._info(gpath, host)
+                for chunk in chunks:
+                    f.write(chunk)
+                f.flush()
+                os.fchmod(fd, mode)
+                return self._info(gpath, os.fstat(fd))
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def list_dir(self, h: VMHandle, path: str) -> list[FileInfo]:
         gpath = normalize_guest_path(path)
-        host = self._host(h, gpath)
+        base = gpath.rstrip("/")
         try:
-            if not host.is_dir():
-                if not host.exists():
-                    raise FileNotFoundError(gpath)
-                raise GuestFileError(f"{gpath}: not a directory", errno_mod.ENOTDIR, gpath)
-            names = sorted(os.listdir(host))
-            base = gpath.rstrip("/")
-            return [self._info(f"{base}/{n}", host / n) for n in names if (host / n).exists()
-                    or (host / n).is_symlink()]  # fmt: skip
+            with self._tree(h).find(gpath) as found:
+                if not stat_mod.S_ISDIR(found.stat().st_mode):
+                    raise GuestFileError(f"{gpath}: not a directory", errno_mod.ENOTDIR, gpath)
+                assert found.fd is not None
+                dfd = reopen(found.fd, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    names = sorted(os.listdir(dfd))
+                finally:
+                    os.close(dfd)
+                out = []
+                for name in names:
+                    try:
+                        st = os.stat(name, dir_fd=found.fd, follow_symlinks=False)
+                    except FileNotFoundError:  # removed meanwhile
+                        continue
+                    out.append(self._info(f"{base}/{name}", st))
+                return out
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def stat(self, h: VMHandle, path: str) -> FileInfo:
         gpath = normalize_guest_path(path)
         try:
-            return self._info(gpath, self._host(h, gpath, follow_last=False))
+            with self._tree(h).find(gpath, follow=False) as found:
+                return self._info(gpath, found.stat())
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def remove(self, h: VMHandle, path: str, recursive: bool = False) -> None:
         gpath = normalize_guest_path(path)
-        if gpath in ("/", "/usr"):
+        if gpath in ("/", *OVERLAYS.values()):
             raise GuestPathError(f"refusing to remove {gpath!r}")
-        host = self._host(h, gpath, follow_last=False)
         try:
-            if host.is_dir() and not host.is_symlink():
-                if recursive:
-                    shutil.rmtree(host)
+            with self._tree(h).find(gpath, follow=False) as found:
+                if found.name is None:
+                    raise GuestPathError(f"refusing to remove {gpath!r} (a mount point)")
+                if not stat_mod.S_ISDIR(found.stat().st_mode):
+                    os.unlink(found.name, dir_fd=found.parent)
+                elif recursive:  # fd-based: never follows a symlink swapped in meanwhile
+                    shutil.rmtree(found.name, dir_fd=found.parent)
                 else:
-                    os.rmdir(host)
-            else:
-                os.unlink(host)
+                    os.rmdir(found.name, dir_fd=found.parent)
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc
 
     def make_dir(self, h: VMHandle, path: str) -> FileInfo:
         gpath = normalize_guest_path(path)
-        host = self._host(h, gpath)
         try:
-            host.mkdir(parents=True, exist_ok=True)
-            return self._info(gpath, host)
+            return self._info(gpath, self._tree(h).make_dirs(gpath))
         except OSError as exc:
-            raise _guest_errno(exc, gpath) from exc
+            raise _error(exc, gpath) from exc

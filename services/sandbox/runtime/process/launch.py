@@ -199,11 +199,19 @@ class LaunchMixin(Runtime):
         ]
         if not names:
             return
-        hosts = mnt_root / "etc" / "hosts"
-        base = hosts.read_text() if hosts.is_file() else "127.0.0.1 localhost\n"
+        # the tree may come from a checkpoint the guest wrote: never follow its symlinks out
+        from services.sandbox.runtime.beneath import GuestTree
+
+        tree = GuestTree({point: mnt_root.parent / ov for ov, point in OVERLAYS.items()})
+        try:
+            with os.fdopen(tree.open_read("/etc/hosts"), "r") as fh:
+                base = fh.read(1 << 20)
+        except OSError:
+            base = "127.0.0.1 localhost\n"
         kept = [ln for ln in base.splitlines() if not ln.startswith("127.0.0.1")
                 or "localhost" in ln]  # fmt: skip
-        hosts.write_text("\n".join([*kept, *(f"{ip} {name}" for ip, name in names)]) + "\n")
+        with os.fdopen(tree.open_write("/etc/hosts", 0o644), "w") as fh:
+            fh.write("\n".join([*kept, *(f"{ip} {name}" for ip, name in names)]) + "\n")
 
     def _open_egress(self, sandbox_id: str, spec: SandboxSpec, init_pid: int) -> None:
         """One listener in the sandbox's network namespace per allowed destination."""
