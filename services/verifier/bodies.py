@@ -184,6 +184,7 @@ def web_job(job: JobRun) -> dict[str, Any]:
             spec.task, spec.write(Path(tmp)), sandbox, template=v.web_template, runtime=v.web_runtime,
             judge=judge, create_timeout_s=v.web_create_timeout_s, ttl_s=v.web_sandbox_ttl_s,
             orphan_grace_s=v.web_orphan_grace_s, tag=f"job-{job.id}",
+            create_retries=v.web_create_retries,
         )  # fmt: skip
     out = result.model_dump(mode="json")
     shots = {f"screenshots/{name}.png": png for name, png in result.screenshots.items()}

@@ -360,14 +360,20 @@ def test_task_list(client: TestClient) -> None:
     assert "kda_step" in tasks["kernel"] and "heldout_factor" in tasks["submission"]
 
 
-def test_kernel_jobs_get_a_worker_of_their_own(monkeypatch) -> None:
+def test_kernel_and_web_jobs_get_workers_of_their_own(monkeypatch) -> None:
     from shared.queue import worker_groups
 
     groups = {name: (queues, conc) for name, queues, conc in worker_groups("verifier")}
     assert groups["verifier-kernel-worker"] == (["verifier.kernel"], 1)
-    assert "verifier.web" in groups["verifier-worker"][0]
-    assert "verifier.kernel" not in groups["verifier-worker"][0]
+    assert groups["verifier-web-worker"] == (["verifier.web"], 2)  # two web jobs at once
+    assert "verifier.judge" in groups["verifier-worker"][0]
+    assert {"verifier.kernel", "verifier.web"}.isdisjoint(groups["verifier-worker"][0])
+    monkeypatch.setenv("K3STACK_VERIFIER__WEB_WORKERS", "5")
+    get_settings.cache_clear()
+    web = {name: conc for name, _, conc in worker_groups("verifier")}["verifier-web-worker"]
+    assert web == 5
     monkeypatch.setenv("K3STACK_VERIFIER__KERNEL_WORKERS", "0")
+    monkeypatch.setenv("K3STACK_VERIFIER__WEB_WORKERS", "0")
     get_settings.cache_clear()
     try:
         (only,) = worker_groups("verifier")
