@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from services.verifier.kernel.runner import Stub, descendants, process_cpu, resident_bytes
+from services.verifier.kernel.runner import Stub, process_cpu, resident_bytes
 
 IMPLS = ("reference", "expert", "candidate")
 ALIGN = 64
@@ -128,6 +128,7 @@ class Measurer:
         self.last_out: dict[str, list[tuple[int, bytes]]] = {}
         self.after_clean: dict[str, dict[int, int]] = {}
         self.replaced: set[str] = set()
+        self.seen_extra: set[int] = set()
         self.gpu = False  # set by the caller for a CUDA run
 
     # -- inputs
@@ -189,23 +190,26 @@ class Measurer:
         sampler = _Sampler(stub.pid) if call.sampled else None
         self.found.overhead_ns.append(time.perf_counter_ns() - m0)
         msg = {"op": "call", "inputs": specs, "out_offset": out_offset, "out_cap": self.out_cap}
-        c0 = stub.cpu()
+        c0, s0 = stub.cpu(), stub.sandbox_cpu()
         if sampler:
             sampler.start()
         t0 = time.perf_counter_ns()
         stub.send(msg)
         reply = stub.receive(self.deadline)
         t1 = time.perf_counter_ns()
-        c1 = stub.cpu()
+        c1, s1 = stub.cpu(), stub.sandbox_cpu()
         if sampler:
             call.running = sampler.stop()
         m1 = time.perf_counter_ns()
         call.wall_ns = t1 - t0
         call.cpu_ns = sum(v - c0.get(tid, 0) for tid, v in c1.items())
+        if stub.group is not None:  # processes and threads that ended within the call, too
+            call.cpu_ns = max(call.cpu_ns, s1 - s0)
         call.charged_ns = call.wall_ns if self.gpu else call.cpu_ns
         self.calls.append(call)
         if call.impl == "candidate":
             self._account(stub, call, c0, c1, reply, out_offset)
+            self._processes(stub, f"{call.kind} call {len(self.calls)}")
         stub.ask({"op": "clean"}, self.deadline)
         self.after_clean[call.impl] = stub.cpu()
         self.found.overhead_ns[-1] += time.perf_counter_ns() - m1
@@ -247,6 +251,14 @@ class Measurer:
                 f"outside sampling of {where}: threads {sorted(others)} on a CPU besides the main one",
             )
 
+    def _processes(self, stub: Stub, when: str) -> None:
+        """Any process in the sandbox but the measured one is a hit, whoever started it when."""
+        for pid, cmd in stub.extra_processes().items():
+            if pid not in self.seen_extra:
+                self.seen_extra.add(pid)
+                self.found.flag("extra_process", f"{when}: process {pid} ({cmd}) in the "
+                                "sandbox besides the candidate's")  # fmt: skip
+
     def _check_between(self, stub: Stub) -> None:
         """Before the next call: the last outputs are as they were read, and no CPU was spent."""
         for offset, raw in self.last_out.get("candidate", []):
@@ -263,8 +275,10 @@ class Measurer:
 
     def run(self) -> list[Call]:
         cand = self.stubs["candidate"]
-        tree0 = set(descendants(cand.proc.pid))
-        cpu0, total0 = sum(cand.cpu().values()), process_cpu(cand.pid)
+        if not cand.pid:
+            self.found.flag("extra_process", "the launcher's child is not the candidate's process")
+        self._processes(cand, "at ready")
+        cpu0, total0, box0 = sum(cand.cpu().values()), process_cpu(cand.pid), cand.sandbox_cpu()
         rss0, returned = 0, 0
         for call in schedule(self.task, self.rng):
             if call.kind != "warmup" and not rss0:
@@ -277,7 +291,7 @@ class Measurer:
         grown = resident_bytes(cand.pid) - rss0
         self.found.grown_bytes, self.found.returned_bytes = grown, returned
         self._check_between(cand)
-        cpu1, total1 = sum(cand.cpu().values()), process_cpu(cand.pid)
+        cpu1, total1, box1 = sum(cand.cpu().values()), process_cpu(cand.pid), cand.sandbox_cpu()
         f = self.found
         if f.idle_cpu_ns > 20e6 + 0.05 * f.call_cpu_ns:
             f.flag("side_stream_or_thread",
@@ -301,9 +315,11 @@ class Measurer:
         if grown > 4 << 20 and grown > KEPT_SHARE * returned:
             f.flag("output_caching", f"the process grew by {grown / 2**20:.1f} MiB while returning "
                    f"{returned / 2**20:.1f} MiB on fresh inputs after the warm-ups: it keeps what it returns")  # fmt: skip
-        new = set(descendants(cand.proc.pid)) - tree0
-        if new:
-            f.flag("side_stream_or_thread", f"the candidate started {len(new)} processes")
+        self._processes(cand, "after the last call")
+        elsewhere = (box1 - box0) - (total1 - total0)
+        if elsewhere > 30e6 + 0.05 * (total1 - total0):
+            f.flag("extra_process", f"{elsewhere / 1e6:.0f} ms of CPU in the sandbox outside the "
+                   "candidate's process (processes that came and went)")  # fmt: skip
         self._timing_probes()
         return self.calls
 
