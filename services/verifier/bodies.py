@@ -11,12 +11,15 @@ import base64
 import binascii
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from services.verifier.judges.grm import GRMRequest, judge
+from services.verifier.judges.model import JudgeModelError
 from services.verifier.judges.world import WorldJudgeRequest, judge_world
 from services.verifier.kernel.verify import MAX_CANDIDATE_BYTES, verify_kernel
 from services.verifier.models import SubmissionSessionRow
@@ -214,7 +217,7 @@ def world_job(job: JobRun) -> dict[str, Any]:
     job.progress(0.1, "reading the world's checks")
     llm = openai_client(settings) if settings.verifier.judge_model else None
     req = req.model_copy(update={"model": judge_model(req.model)}) if llm else req
-    with ToolsClient.from_settings(settings) as tools:
+    with ToolsClient.from_settings(settings) as tools, _named_judge_outcome():
         result = judge_world(req, tools, llm)
     return result.model_dump(mode="json")
 
@@ -223,7 +226,18 @@ def judge_job(job: JobRun) -> dict[str, Any]:
     req = GRMRequest.model_validate(job.payload)
     job.progress(0.1, "writing the rubric")
     req = req.model_copy(update={"model": judge_model(req.model)})
-    return judge(openai_client(get_settings()), req).model_dump(mode="json")
+    with _named_judge_outcome():
+        return judge(openai_client(get_settings()), req).model_dump(mode="json")
+
+
+@contextmanager
+def _named_judge_outcome() -> Iterator[None]:
+    """A judge model that failed or never answered as asked (twice) ends the job with the named
+    outcome ``judge_no_answer``, not an anonymous error."""
+    try:
+        yield
+    except JudgeModelError as exc:
+        raise JobFailed(JudgeModelError.code, str(exc)) from None
 
 
 def judge_model(asked: str | None = None) -> str:

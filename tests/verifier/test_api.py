@@ -185,6 +185,22 @@ def test_judge_with_a_scripted_endpoint_runs_on_its_queue(client: TestClient, mo
     assert client.post("/judge", json={"task": "t", "candidates": []}).status_code == 400
 
 
+def test_a_judge_that_never_answers_ends_the_job_judge_no_answer(
+    client: TestClient, monkeypatch
+) -> None:
+    from tests.verifier.scripted_llm import scripted_llm
+
+    with scripted_llm(lambda system, user: "") as llm:
+        monkeypatch.setenv("K3STACK_LLM_URL", llm.url)
+        monkeypatch.setenv("K3STACK_VERIFIER__JUDGE_MODEL", "scripted-judge")
+        get_settings.cache_clear()
+        body = {"task": "t", "candidates": [{"id": "a", "text": "yes"}], "mode": "pointwise"}
+        job = client.get(f"/jobs/{client.post('/judge', json=body).json()['id']}").json()
+    assert job["status"] == "failed", job
+    assert job["error"]["code"] == "judge_no_answer" and "empty answer" in job["error"]["message"]
+    assert len(llm.requests) == 2  # asked once more, then the named outcome
+
+
 def test_world_ids_are_checked_at_submit(client: TestClient, monkeypatch) -> None:
     from services.tools.app import create_app as tools_app
     from tests.helpers.asgi import serve
