@@ -28,7 +28,7 @@ def check_names(field: str, names: Iterable[str], *, suffix: str | None = None) 
     names = list(names)
     kind = f"relative {suffix} path" if suffix else "relative path"
     for name in names:
-        where = f"{field}[{name!r}]"
+        where = f"{field}[{name if len(name) <= 80 else name[:60] + '…'!r}]"
         try:
             raw = name.encode("utf-8")
         except UnicodeEncodeError:
