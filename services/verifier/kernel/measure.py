@@ -76,6 +76,9 @@ class Findings:
     grown_bytes: int = 0  # the candidate's resident growth after the warm-ups
     returned_bytes: int = 0  # what it returned on fresh inputs over the same calls
 
+    def detectors(self) -> set[str]:
+        return {d for d, _ in self.hits}
+
     def flag(self, detector: str, evidence: str) -> None:
         if (detector, evidence) not in self.hits:
             self.hits.append((detector, evidence))
@@ -252,7 +255,13 @@ class Measurer:
             )
 
     def _processes(self, stub: Stub, when: str) -> None:
-        """Any process in the sandbox but the measured one is a hit, whoever started it when."""
+        """Any process in the sandbox but the measured one is a hit, whoever started it when;
+        so is a measured process that exec'd another program (the same pid, a new image)."""
+        changed = "" if "process_replaced" in self.found.detectors() else stub.replaced()
+        if changed:
+            self.found.flag(
+                "process_replaced", f"{when}: the candidate's process exec'd: {changed}"
+            )
         for pid, cmd in stub.extra_processes().items():
             if pid not in self.seen_extra:
                 self.seen_extra.add(pid)

@@ -249,6 +249,12 @@ class Stub:
             os.path.join(sys.prefix, "bin", "python"), "-I", "/k3s/stub.py",
             *(str(fd) for fd in fds), f"/k3s/{name}.json",
         ]  # fmt: skip
+        command = argv[argv.index("--") + 1 :]
+        env = {
+            f"{argv[i + 1]}={argv[i + 2]}".encode() for i, a in enumerate(argv) if a == "--setenv"
+        }
+        env.add(b"PWD=/tmp")  # bubblewrap's own, from --chdir
+        self.image = (b"\0".join(a.encode() for a in command) + b"\0", env)
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -390,6 +396,26 @@ class Stub:
             return int(json.loads(raw)["child-pid"])
         except (ValueError, KeyError, TypeError):
             return 0
+
+    def replaced(self) -> str:
+        """Why the measured process is no longer the program that was started (it exec'd
+        something else: another command line or environment in the same pid), or ""."""
+        if not self.pid:
+            return ""
+        try:
+            with open(f"/proc/{self.pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{self.pid}/environ", "rb") as f:
+                environ = {e for e in f.read().split(b"\0") if e}
+        except OSError:
+            return ""  # gone: the next call finds out
+        if cmdline != self.image[0]:
+            shown = cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]
+            return f"it runs {shown!r}, not the stub it was started as"
+        extra = sorted(e.decode(errors="replace")[:60] for e in environ - self.image[1])
+        if extra:  # (one the launcher did not set, say LD_PRELOAD, or a changed value)
+            return f"its environment changed: {extra[:5]}"
+        return ""
 
     # -- accounting
 
