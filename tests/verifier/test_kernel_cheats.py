@@ -76,6 +76,9 @@ HIDDEN = [
     ("helper_at_import", "extra_process"),
     ("helper_after_ready", "extra_process"),
     ("daemon_before_baseline", "extra_process"),
+    # a child per call that exits before the call returns: never alive when looked for, its CPU
+    # is the sandbox's (the cgroup's, or the ticks its parent reaped)
+    ("fork_per_call", "extra_process"),
     # the candidate's own process exec'd into the stub on a job of its writing (no op disabled)
     ("reexec_unblocked", "process_replaced"),
 ]

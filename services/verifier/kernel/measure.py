@@ -328,7 +328,7 @@ class Measurer:
         elsewhere = (box1 - box0) - (total1 - total0)
         if elsewhere > 30e6 + 0.05 * (total1 - total0):
             f.flag("extra_process", f"{elsewhere / 1e6:.0f} ms of CPU in the sandbox outside the "
-                   "candidate's process (processes that came and went)")  # fmt: skip
+                   "candidate's process (other processes, live or ended)")  # fmt: skip
         self._timing_probes()
         return self.calls
 
