@@ -15,9 +15,12 @@ input; probes with one input element changed get a stale answer from a cache key
 the input (wrong, so ``output_caching``); and one keyed by every value, which then never hits,
 shows by the memory it keeps against the bytes it returned.
 
-Charged time per call: on the CPU, the CPU time of all the process's threads (work moved to
-other threads or cores is paid for; waiting for a core on a loaded machine is not); on a GPU,
-the measurer's wall time around the call, its synchronise and the copy of its outputs.
+Charged time per call: on the CPU, the CPU time of every thread of every process in the
+callee's sandbox, and of its cgroup where it has one (work moved to other threads, processes or
+cores is paid for; waiting for a core on a loaded machine is not); on a GPU, the measurer's wall
+time around the call, its synchronise and the copy of its outputs. The measured process is the
+one the launcher started; any other process in the candidate's sandbox (``extra_process``), or
+the measured one exec'ing another program (``process_replaced``), is a hit.
 """
 
 from __future__ import annotations

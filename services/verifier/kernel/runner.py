@@ -12,8 +12,11 @@ exec API does not give.
 What crosses into the process: two shared-memory files (memfd) — inputs the measurer writes,
 outputs the process writes — a command pipe, a reply pipe and a tripwire pipe. What the
 measurer reads about it comes from the kernel, not from the process: wall time on its own clock,
-CPU time per thread from ``/proc/<pid>/task/*/schedstat`` (nanoseconds) and the process's total
-from ``/proc/<pid>/stat`` (which keeps the time of threads that ended), and the process tree.
+CPU time per thread of every process in the sandbox from ``/proc/<pid>/task/*/schedstat``
+(nanoseconds), the measured process's total from ``/proc/<pid>/stat`` (which keeps the time of
+threads that ended), the whole sandbox's from its cgroup (``cgroup.py``; else the process tree
+under bubblewrap's init, with what each reaped), the pid bubblewrap reports for its child (on
+``--info-fd``), and each process's command line and environment.
 """
 
 from __future__ import annotations
