@@ -121,18 +121,19 @@ def worker_groups(
     service: str, settings: Settings | None = None
 ) -> list[tuple[str, list[str], int]]:
     """(name, queues, concurrency) of each worker ``k3stack up`` starts for a service: one, except
-    for the verifier, whose kernel queue gets workers of its own so that kernel and web jobs never
-    wait behind each other."""
+    for the verifier, whose kernel and web queues get workers of their own (so that kernel and
+    web jobs never wait behind each other, and ``web_workers`` web jobs run at once)."""
     settings = settings or get_settings()
     queues = service_queues(service, settings)
     conc = max(1, settings.service(service).workers)
-    if service != "verifier" or settings.verifier.kernel_workers == 0:
+    if service != "verifier":
         return [(f"{service}-worker", queues, conc)]
-    kernel = f"{queues[0]}.kernel"
-    rest = [q for q in queues if q != kernel]
+    own = {"kernel": settings.verifier.kernel_workers, "web": settings.verifier.web_workers}
+    own = {kind: n for kind, n in own.items() if n > 0 and f"{queues[0]}.{kind}" in queues}
+    rest = [q for q in queues if q not in {f"{queues[0]}.{kind}" for kind in own}]
     groups = [(f"{service}-worker", rest, conc)]
-    if kernel in queues:
-        groups.append((f"{service}-kernel-worker", [kernel], settings.verifier.kernel_workers))
+    for kind, n in own.items():
+        groups.append((f"{service}-{kind}-worker", [f"{queues[0]}.{kind}"], n))
     return groups
 
 

@@ -348,6 +348,18 @@ class VerifierSettings(ServiceSettings):
         le=64,
         description="Worker processes of the kernel queue alone (0 = kernel jobs share the verifier worker).",
     )
+    web_workers: int = Field(
+        2,
+        ge=0,
+        le=64,
+        description="Web jobs run at once: worker processes of the web queue alone (0 = web jobs share the verifier worker, one at a time per its concurrency).",
+    )
+    web_create_retries: int = Field(
+        1,
+        ge=0,
+        le=5,
+        description="Extra tries of a web candidate's sandbox create that failed for the infrastructure's sake (guest did not boot, 5xx, timeout), per runtime; then the process runtime when web_runtime is auto; then the job ends sandbox_unavailable.",
+    )
     judge_model: str | None = Field(
         None,
         description="Judge model id for /judge, judged world checks and the web judge term; unset = those are refused (4xx) or skipped.",

@@ -16,8 +16,11 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field, ValidationError
 
 from services.verifier.api import router as verify_router
+from services.verifier.kernel.verify import MAX_CANDIDATE_BYTES
 from services.verifier.models import JobRow
 from services.verifier.tasks import MIGRATIONS, EchoInput, register_tasks
+from services.verifier.uploads import BodyCap
+from services.verifier.web.spec import MAX_APP_BYTES
 from shared.app import create_app as create_service_app
 from shared.db import ServiceDatabase
 from shared.errors import Error, bad_request
@@ -26,6 +29,12 @@ from shared.queue import make_celery
 from shared.settings import get_settings
 
 router = APIRouter(tags=["jobs"])
+
+# JSON bodies the largest valid upload fits in: base64 (4/3) or escaped text, plus the rest.
+BODY_CAPS = {
+    "/verify/web": (MAX_APP_BYTES * 4 // 3 + (1 << 20), "files + binary_files"),
+    "/verify/kernel": (MAX_CANDIDATE_BYTES * 2 + (1 << 20), "files"),
+}
 
 
 class JobCreate(BaseModel):
@@ -67,7 +76,7 @@ def create_app() -> FastAPI:
         reaper.stop()
         db.close()
 
-    return create_service_app(
+    app = create_service_app(
         "verifier",
         routers=[router, verify_router, jobs_router()],
         lifespan=lifespan,
@@ -75,3 +84,5 @@ def create_app() -> FastAPI:
         settings=settings,
         description="Kernel and web-app verifiers, rule and model judges.",
     )
+    app.add_middleware(BodyCap, caps=BODY_CAPS, default=BODY_CAPS["/verify/web"])
+    return app

@@ -11,16 +11,20 @@ import base64
 import binascii
 import json
 import tempfile
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from services.verifier.judges.grm import GRMRequest, judge
+from services.verifier.judges.model import JudgeModelError
 from services.verifier.judges.world import WorldJudgeRequest, judge_world
 from services.verifier.kernel.verify import MAX_CANDIDATE_BYTES, verify_kernel
 from services.verifier.models import SubmissionSessionRow
 from services.verifier.submission import session as sessions
+from services.verifier.uploads import check_names, check_text
 from services.verifier.web.spec import MAX_APP_BYTES
 from shared.clients import SandboxClient, ToolsClient
 from shared.jobs import JobFailed, JobRun
@@ -50,18 +54,9 @@ class KernelJobInput(BaseModel):
     def _safe_paths(cls, files: dict[str, str]) -> dict[str, str]:
         if len(files) > 50:
             raise ValueError("at most 50 files")
-        total = 0
-        for name, src in files.items():
-            p = PurePosixPath(name)
-            if (
-                p.is_absolute()
-                or ".." in p.parts
-                or not name
-                or "\x00" in name
-                or p.suffix != ".py"
-            ):
-                raise ValueError(f"file {name!r}: give a relative .py path without '..'")
-            total += len(src.encode())
+        check_names("files", files, suffix=".py")
+        check_text("files", files)
+        total = sum(len(src.encode()) for src in files.values())
         if total > MAX_CANDIDATE_BYTES:
             raise ValueError(f"candidate sources are {total} bytes (at most {MAX_CANDIDATE_BYTES})")
         return files
@@ -92,11 +87,14 @@ class WebJobInput(BaseModel):
 
     @field_validator("files", "binary_files")
     @classmethod
-    def _safe_paths(cls, files: dict[str, str]) -> dict[str, str]:
-        for name in files:
-            p = PurePosixPath(name)
-            if p.is_absolute() or ".." in p.parts or not name or "\x00" in name:
-                raise ValueError(f"file {name!r}: give a relative path without '..'")
+    def _safe_paths(cls, files: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        check_names(info.field_name or "files", files)
+        return files
+
+    @field_validator("files")
+    @classmethod
+    def _encodable(cls, files: dict[str, str]) -> dict[str, str]:
+        check_text("files", files, raw_bytes=True)
         return files
 
     @field_validator("binary_files")
@@ -111,6 +109,10 @@ class WebJobInput(BaseModel):
 
     @model_validator(mode="after")
     def _size(self) -> WebJobInput:
+        both = set(self.files) & set(self.binary_files)
+        if both:
+            raise ValueError(f"binary_files[{min(both)!r}]: also a name in files")
+        check_names("files + binary_files", [*self.files, *self.binary_files])
         total = sum(len(t.encode(errors="surrogatepass")) for t in self.files.values())
         total += sum(len(d) * 3 // 4 for d in self.binary_files.values())
         if total > MAX_APP_BYTES:
@@ -185,6 +187,7 @@ def web_job(job: JobRun) -> dict[str, Any]:
             spec.task, spec.write(Path(tmp)), sandbox, template=v.web_template, runtime=v.web_runtime,
             judge=judge, create_timeout_s=v.web_create_timeout_s, ttl_s=v.web_sandbox_ttl_s,
             orphan_grace_s=v.web_orphan_grace_s, tag=f"job-{job.id}",
+            create_retries=v.web_create_retries,
         )  # fmt: skip
     out = result.model_dump(mode="json")
     shots = {f"screenshots/{name}.png": png for name, png in result.screenshots.items()}
@@ -214,7 +217,7 @@ def world_job(job: JobRun) -> dict[str, Any]:
     job.progress(0.1, "reading the world's checks")
     llm = openai_client(settings) if settings.verifier.judge_model else None
     req = req.model_copy(update={"model": judge_model(req.model)}) if llm else req
-    with ToolsClient.from_settings(settings) as tools:
+    with ToolsClient.from_settings(settings) as tools, _named_judge_outcome():
         result = judge_world(req, tools, llm)
     return result.model_dump(mode="json")
 
@@ -223,7 +226,18 @@ def judge_job(job: JobRun) -> dict[str, Any]:
     req = GRMRequest.model_validate(job.payload)
     job.progress(0.1, "writing the rubric")
     req = req.model_copy(update={"model": judge_model(req.model)})
-    return judge(openai_client(get_settings()), req).model_dump(mode="json")
+    with _named_judge_outcome():
+        return judge(openai_client(get_settings()), req).model_dump(mode="json")
+
+
+@contextmanager
+def _named_judge_outcome() -> Iterator[None]:
+    """A judge model that failed or never answered as asked (twice) ends the job with the named
+    outcome ``judge_no_answer``, not an anonymous error."""
+    try:
+        yield
+    except JudgeModelError as exc:
+        raise JobFailed(JudgeModelError.code, str(exc)) from None
 
 
 def judge_model(asked: str | None = None) -> str:

@@ -3,6 +3,7 @@ bad input answered with a 4xx naming the problem. Eager Celery runs each job in 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -27,6 +28,9 @@ def client(tmp_path, monkeypatch) -> Iterator[TestClient]:
     with TestClient(create_app()) as c:
         yield c
     get_settings.cache_clear()
+
+
+JSON = {"content-type": "application/json"}
 
 
 def _queue(client: TestClient, job_id: str) -> str | None:
@@ -181,6 +185,22 @@ def test_judge_with_a_scripted_endpoint_runs_on_its_queue(client: TestClient, mo
     assert client.post("/judge", json={"task": "t", "candidates": []}).status_code == 400
 
 
+def test_a_judge_that_never_answers_ends_the_job_judge_no_answer(
+    client: TestClient, monkeypatch
+) -> None:
+    from tests.verifier.scripted_llm import scripted_llm
+
+    with scripted_llm(lambda system, user: "") as llm:
+        monkeypatch.setenv("K3STACK_LLM_URL", llm.url)
+        monkeypatch.setenv("K3STACK_VERIFIER__JUDGE_MODEL", "scripted-judge")
+        get_settings.cache_clear()
+        body = {"task": "t", "candidates": [{"id": "a", "text": "yes"}], "mode": "pointwise"}
+        job = client.get(f"/jobs/{client.post('/judge', json=body).json()['id']}").json()
+    assert job["status"] == "failed", job
+    assert job["error"]["code"] == "judge_no_answer" and "empty answer" in job["error"]["message"]
+    assert len(llm.requests) == 2  # asked once more, then the named outcome
+
+
 def test_world_ids_are_checked_at_submit(client: TestClient, monkeypatch) -> None:
     from services.tools.app import create_app as tools_app
     from tests.helpers.asgi import serve
@@ -201,14 +221,76 @@ def test_world_ids_are_checked_at_submit(client: TestClient, monkeypatch) -> Non
         ({"files": {"index.html": "x" * (21 << 20)}}, "at most"),
         ({"binary_files": {"big.bin": "QUFB" * (7 << 20)}}, "at most"),
         ({"files": {"../index.html": "x"}}, "relative path"),
+        ({"files": {"app": "x", "app/index.html": "y"}}, "files['app']: a file of that name"),
+        ({"binary_files": {"a.html/logo.png": "QUFB"}}, "files + binary_files['a.html']"),
+        ({"binary_files": {"a.html": "QUFB"}}, "binary_files['a.html']: also a name"),
+        ({"files": {"n" * 300 + ".html": "x"}}, "at most 255 per folder or file name"),
+        ({"files": {"d\ud800.html": "x"}}, "not valid UTF-8"),
+        ({"files": {"index.html": "a\ud800b"}}, "files['index.html']: character 1"),
+        ({"files": {"./a.html": "x"}}, "relative path without"),
+        ({"files": {"index.html": "x" * (30 << 20)}}, "files + binary_files: the request body"),
     ],
 )
 def test_bad_web_input_is_refused_at_the_door(client: TestClient, body, needle) -> None:
-    resp = client.post(
-        "/verify/web", json={"task": "counter_todo", "files": {"a.html": "x"}, **body}
-    )
-    assert resp.status_code == 400 and needle in resp.text, resp.text[:300]
+    web = {"task": "counter_todo", "files": {"a.html": "x"}, **body}
+    # raw JSON: a lone surrogate cannot pass through the client's own UTF-8 encoding
+    resp = client.post("/verify/web", content=json.dumps(web).replace("\\\\u", "\\u"),
+                       headers={"content-type": "application/json"})  # fmt: skip
+    assert resp.status_code in (400, 413) and needle in resp.text, resp.text[:300]
     assert client.get("/jobs").json()["items"] == []
+
+
+def test_raw_bytes_in_surrogateescape_form_are_still_a_web_upload(client: TestClient) -> None:
+    """U+DC80..U+DCFF stand for raw bytes (what a surrogateescape decoder makes): written back
+    as those bytes, not refused; only surrogates with no byte to stand for are."""
+    from services.verifier.bodies import WebJobInput
+
+    app = WebJobInput(task="counter_todo", files={"a.html": "caf\udce9"})
+    assert app.files["a.html"].encode("utf-8", "surrogateescape") == b"caf\xe9"
+
+
+@pytest.mark.parametrize(
+    ("files", "needle"),
+    [
+        ({"candidate.py": "x = 1\n", "candidate.py/x.py": "y = 2\n"}, "files['candidate.py']"),
+        ({"k" * 300 + ".py": "def softmax(x): return x\n"}, "at most 255"),
+        ({"c\ud800.py": "def softmax(x): return x\n"}, "not valid UTF-8"),
+        ({"c.py": "def softmax(x): return x  # \ud800\n"}, "files['c.py']: character"),
+        ({"c.py": "def softmax(x): return x\n" + "#" * (10 << 20)}, "files: the request body"),
+    ],
+)
+def test_kernel_uploads_the_file_system_would_refuse_are_a_4xx(
+    client: TestClient, files, needle
+) -> None:
+    raw = json.dumps({"task": "softmax", "files": files}).replace("\\\\u", "\\u")
+    resp = client.post("/verify/kernel", content=raw, headers={"content-type": "application/json"})
+    assert resp.status_code in (400, 413) and needle in resp.text, resp.text[:300]
+    assert client.get("/jobs").json()["items"] == []
+
+
+def test_an_oversized_body_is_refused_before_it_is_read() -> None:
+    """A chunked body (no Content-Length) is read only to just past the cap, then 413: the
+    rest of a huge upload is never waited for, parsed or held."""
+    import asyncio
+
+    from services.verifier.uploads import BodyCap
+
+    async def app(scope, receive, send) -> None:  # pragma: no cover - never reached
+        raise AssertionError("the app saw an oversized body")
+
+    chunks, sent = iter([b"x" * 1000] * 1000), []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": next(chunks), "more_body": True}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/verify/web", "headers": []}
+    cap = BodyCap(app, caps={"/verify/web": (5_500, "files + binary_files")}, default=(1, "body"))
+    asyncio.run(cap(scope, receive, send))
+    assert sent[0]["status"] == 413 and b"files + binary_files" in sent[1]["body"]
+    assert len(list(chunks)) == 1000 - 6  # six chunks read: the first past 5,500 bytes
 
 
 def _new_task(name: str, **change) -> dict:
@@ -294,14 +376,20 @@ def test_task_list(client: TestClient) -> None:
     assert "kda_step" in tasks["kernel"] and "heldout_factor" in tasks["submission"]
 
 
-def test_kernel_jobs_get_a_worker_of_their_own(monkeypatch) -> None:
+def test_kernel_and_web_jobs_get_workers_of_their_own(monkeypatch) -> None:
     from shared.queue import worker_groups
 
     groups = {name: (queues, conc) for name, queues, conc in worker_groups("verifier")}
     assert groups["verifier-kernel-worker"] == (["verifier.kernel"], 1)
-    assert "verifier.web" in groups["verifier-worker"][0]
-    assert "verifier.kernel" not in groups["verifier-worker"][0]
+    assert groups["verifier-web-worker"] == (["verifier.web"], 2)  # two web jobs at once
+    assert "verifier.judge" in groups["verifier-worker"][0]
+    assert {"verifier.kernel", "verifier.web"}.isdisjoint(groups["verifier-worker"][0])
+    monkeypatch.setenv("K3STACK_VERIFIER__WEB_WORKERS", "5")
+    get_settings.cache_clear()
+    web = {name: conc for name, _, conc in worker_groups("verifier")}["verifier-web-worker"]
+    assert web == 5
     monkeypatch.setenv("K3STACK_VERIFIER__KERNEL_WORKERS", "0")
+    monkeypatch.setenv("K3STACK_VERIFIER__WEB_WORKERS", "0")
     get_settings.cache_clear()
     try:
         (only,) = worker_groups("verifier")

@@ -95,6 +95,41 @@ def test_a_judge_that_never_answers_json_fails_clearly() -> None:
         assert len(llm.requests) == 2  # asked again once
 
 
+def test_every_question_asks_for_constrained_json_of_its_own_schema() -> None:
+    with scripted_llm(length_biased) as llm:
+        judge(openai_client(base_url=llm.url, api_key="k"), _req(sigma=1.5))
+    formats = [r.get("response_format") for r in llm.requests]
+    assert all(f and f["type"] == "json_schema" and f["json_schema"]["strict"] for f in formats)
+    names = [f["json_schema"]["name"] for f in formats]
+    assert names == ["rubric", "scores", "scores", "comparison", "comparison"]
+    scores = formats[1]["json_schema"]["schema"]["properties"]["scores"]
+    assert set(scores["required"]) == {"correct", "clear"}  # the rubric's own criteria
+    winner = formats[3]["json_schema"]["schema"]["properties"]["winner"]
+    assert winner["enum"] == ["A", "B", "tie"]
+
+
+def test_an_empty_answer_is_asked_again_once() -> None:
+    answers = iter(["", '{"criteria": [{"name": "right", "weight": 1}]}'])
+
+    def flaky(system: str, user: str) -> str:
+        if "grading rubric" in system:
+            return next(answers)
+        return '{"scores": {"right": 6}}' if "Grade" in system else '{"winner": "tie"}'
+
+    with scripted_llm(flaky) as llm:
+        result = judge(openai_client(base_url=llm.url, api_key="k"), _req(mode="pointwise"))
+    assert [c.name for c in result.rubric] == ["right"]
+    assert len(llm.requests) == 2 + 2  # the rubric twice, then each candidate within budget
+
+
+def test_two_empty_answers_end_with_a_named_outcome() -> None:
+    with scripted_llm(lambda s, u: "") as llm:
+        with pytest.raises(JudgeModelError, match="an empty answer") as caught:
+            judge(openai_client(base_url=llm.url, api_key="k"), _req())
+        assert len(llm.requests) == 2
+    assert caught.value.code == "judge_no_answer"
+
+
 def test_request_validation() -> None:
     with pytest.raises(ValueError, match="unique"):
         GRMRequest(

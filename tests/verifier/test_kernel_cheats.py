@@ -8,6 +8,8 @@ the measurer outside the candidate's process, not a list of words.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from services.verifier.kernel.verify import verify_kernel
@@ -66,6 +68,19 @@ HIDDEN = [
     ("lazy_output", "lazy_output"),
     ("lazy_output_hidden", "lazy_output"),
     ("reads_reference", "uninitialized_output"),
+    # other processes in the sandbox, each charged and each a hit: a child forked at import that
+    # looks busy (the old measurer took it for the candidate), a fresh interpreter started at
+    # import that runs the library op, a helper forked after ready, a double-forked daemon that
+    # belongs to the sandbox's init and exists before any baseline
+    ("fork_busy_child", "extra_process"),
+    ("helper_at_import", "extra_process"),
+    ("helper_after_ready", "extra_process"),
+    ("daemon_before_baseline", "extra_process"),
+    # a child per call that exits before the call returns: never alive when looked for, its CPU
+    # is the sandbox's (the cgroup's, or the ticks its parent reaped)
+    ("fork_per_call", "extra_process"),
+    # the candidate's own process exec'd into the stub on a job of its writing (no op disabled)
+    ("reexec_unblocked", "process_replaced"),
 ]
 
 
@@ -98,6 +113,25 @@ def test_measurer_catches_every_attack_without_the_source_scan(name: str, detect
 def test_wrong_answer_is_incorrect_not_flagged() -> None:
     result = verify_kernel("softmax", candidate("softmax", "wrong"), timing_overrides=SHORT)
     assert result.reward == 0.0 and not result.correct
-    assert result.reason.startswith("incorrect")
-    assert result.detectors == []
+    assert result.reason.startswith("incorrect: max error "), result.reason
+    assert re.search(r" on \w+ call \d+ \(check value; \d+ of \d+ checks failed\)", result.reason)
+    assert result.detectors == [] and result.failed_check == "value"
     assert any(not c.ok and "differs from the reference" in c.detail for c in result.checks)
+
+
+@pytest.mark.slow
+def test_other_processes_are_found_without_a_cgroup(monkeypatch) -> None:
+    """Where no cgroup can be made (an unprivileged container), the sandbox's process tree
+    under the launcher's child stands in: a daemon that left the candidate's own tree is still
+    in it, and the measured process is still the launcher's child, not one found by name."""
+    from services.verifier.kernel import runner
+
+    monkeypatch.setattr(runner, "make_group", lambda _name: None)
+    result = verify_kernel(
+        "softmax",
+        candidate("softmax", "daemon_before_baseline"),
+        timing_overrides=SHORT,
+        static_checks=False,
+    )
+    assert result.reward == 0.0 and "extra_process" in result.detector_names, result.reason
+    assert any("at ready" in d.evidence for d in result.detectors if d.detector == "extra_process")

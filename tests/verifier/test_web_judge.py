@@ -59,7 +59,7 @@ def test_judge_score_is_weighted_into_the_reward(runs) -> None:  # noqa: ANN001
         ("I would rather not say.", "gave no JSON object"),
         ('{"score": 42, "reason": "great"}', "not a number in 0-10"),
         ('{"score": "high"}', "not a number in 0-10"),
-        ('{"reason": "no score"}', "not a number in 0-10"),
+        ('{"reason": "no score"}', "no JSON object with the keys score"),  # asked twice
     ],
 )
 def test_a_garbage_judge_answer_drops_the_term(runs, answer: str, why: str) -> None:  # noqa: ANN001

@@ -17,7 +17,7 @@ from typing import Literal
 import openai
 from pydantic import BaseModel, Field, field_validator
 
-from services.verifier.judges.model import JudgeModelError, ask_json
+from services.verifier.judges.model import JudgeModelError, ask_json, obj
 
 RUBRIC_SYSTEM = (
     "You are a careful reviewer. Read the task and the artefact, then write a grading rubric: "
@@ -31,6 +31,17 @@ COMPARE_SYSTEM = (
     "Compare two candidate answers against the rubric. "
     'Answer JSON {"winner": "A" | "B" | "tie", "rationale": str}.'
 )
+RUBRIC_SCHEMA = obj({"criteria": {"type": "array", "minItems": 1, "maxItems": 6, "items": obj(
+    {"name": {"type": "string"}, "weight": {"type": "number"}, "description": {"type": "string"}}
+)}})  # fmt: skip
+COMPARE_SCHEMA = obj({"winner": {"type": "string", "enum": ["A", "B", "tie"]},
+                      "rationale": {"type": "string"}})  # fmt: skip
+
+
+def score_schema(rubric: list[Criterion]) -> dict:
+    """The scores answer for this rubric: an integer 0-10 per criterion, by name."""
+    scores = obj({c.name: {"type": "integer", "minimum": 0, "maximum": 10} for c in rubric})
+    return obj({"scores": scores, "rationale": {"type": "string"}})
 
 
 class GRMCandidate(BaseModel):
@@ -109,6 +120,9 @@ def _rubric(client: openai.OpenAI, req: GRMRequest) -> list[Criterion]:
         req.model,
         RUBRIC_SYSTEM,
         f"TASK:\n{req.task}\n\nARTEFACT:\n{req.artefact or '(none)'}",
+        schema=RUBRIC_SCHEMA,
+        name="rubric",
+        needs=("criteria",),
     )
     try:
         crit = [Criterion.model_validate(c) for c in got.get("criteria", [])]
@@ -141,6 +155,9 @@ def judge(client: openai.OpenAI, req: GRMRequest) -> GRMResult:
                 req.model,
                 SCORE_SYSTEM,
                 f"RUBRIC:\n{_rubric_text(rubric)}\n\nTASK:\n{req.task}\n\nCANDIDATE:\n{cand.text}",
+                schema=score_schema(rubric),
+                name="scores",
+                needs=("scores",),
             )
             calls += 1
             scores = got.get("scores") if isinstance(got.get("scores"), dict) else {}
@@ -171,6 +188,7 @@ def judge(client: openai.OpenAI, req: GRMRequest) -> GRMResult:
                 got = ask_json(
                     client, req.model, COMPARE_SYSTEM,
                     f"RUBRIC:\n{_rubric_text(rubric)}\n\nTASK:\n{req.task}\n\nA:\n{text[first]}\n\nB:\n{text[second]}",
+                    schema=COMPARE_SCHEMA, name="comparison", needs=("winner",),
                 )  # fmt: skip
                 calls += 1
                 w = str(got.get("winner", "tie")).strip().upper()

@@ -15,7 +15,7 @@ from datetime import datetime
 import openai
 from pydantic import BaseModel, Field
 
-from services.verifier.judges.model import ask_json
+from services.verifier.judges.model import ask_json, obj
 from shared.clients import ToolsClient
 from shared.contracts.tools import CheckResult, ChecksReport, JudgeCheck
 
@@ -72,6 +72,9 @@ def _judge_one(client: openai.OpenAI, model: str | None, chk: JudgeCheck) -> Jud
         model,
         JUDGE_SYSTEM,
         f"RUBRIC:\n{chk.rubric or chk.description}\n\nEVIDENCE:\n{evidence}",
+        schema=obj({"passed": {"type": "boolean"}, "reason": {"type": "string"}}),
+        name="check",
+        needs=("passed",),
     )
     return JudgedCheck(
         check_id=chk.check_id, rubric=chk.rubric, description=chk.description,

@@ -30,6 +30,8 @@ class CheckResult(BaseModel):
     shape: dict[str, int]
     ok: bool
     detail: str = ""
+    check: str = Field("", description="The first check this call failed (value, oracle, dtype, "
+                       "shape, stride, outputs, tensor, fit, decode); empty when it passed.")  # fmt: skip
 
 
 def _decode(meta: dict[str, Any], raw: bytes) -> torch.Tensor:
@@ -97,31 +99,39 @@ class OutputJudge:
 
     def check(self, index: int, call: Any) -> bool:
         where = f"{call.kind} call {index + 1}"
-        ok, detail = self._compare(index, call, where)
+        problems = self._compare(index, call, where)
         self.checks.append(
-            CheckResult(phase=call.kind, seed=call.seed, shape=call.shape, ok=ok, detail=detail)
+            CheckResult(
+                phase=call.kind,
+                seed=call.seed,
+                shape=call.shape,
+                ok=not problems,
+                detail="; ".join(p for _, p in problems),
+                check=problems[0][0] if problems else "",
+            )  # fmt: skip
         )
-        return ok
+        return not problems
 
-    def _compare(self, index: int, call: Any, where: str) -> tuple[bool, str]:
+    def _compare(self, index: int, call: Any, where: str) -> list[tuple[str, str]]:
+        """The failed checks of one call, (check name, what failed), first failure first."""
         tol = self.task.tolerance
         refs, oracles = self.expected(call.inputs)
         metas = call.metas
         if len(metas) != len(refs):
-            return False, f"returned {len(metas)} outputs, expected {len(refs)}"
-        problems = []
+            return [("outputs", f"returned {len(metas)} outputs, expected {len(refs)}")]
+        problems: list[tuple[str, str]] = []
         for i, (meta, ref, orc) in enumerate(zip(metas, refs, oracles, strict=True)):
             if not isinstance(meta, dict) or not meta.get("tensor"):
                 t = meta.get("type") if isinstance(meta, dict) else "?"
                 self.flag("lazy_output", f"{where}: output {i} is a {t}, not a tensor")
-                return False, f"output {i} is not a tensor"
+                return [("tensor", f"output {i} is not a tensor")]
             if not meta.get("exact"):
                 self.flag(
                     "lazy_output",
                     f"{where}: output {i} is a {meta.get('type')} (a tensor subclass)",
                 )
             if meta.get("too_large") or meta.get("invalid") or "raw" not in meta:
-                problems.append(f"output {i} does not fit the output buffer")
+                problems.append(("fit", f"output {i} does not fit the output buffer"))
                 continue
             raw = meta["raw"]
             words = np.frombuffer(raw[: len(raw) // 4 * 4], dtype=np.uint32)
@@ -137,20 +147,21 @@ class OutputJudge:
             if meta.get("dtype") != str(ref.dtype).removeprefix("torch."):
                 if meta.get("dtype") in {"float16", "bfloat16"}:
                     self.flag("lowered_precision", f"{where}: output {i} is {meta.get('dtype')}")
-                problems.append(f"output {i} dtype {meta.get('dtype')} != {ref.dtype}")
+                problems.append(("dtype", f"output {i} dtype {meta.get('dtype')} != {ref.dtype}"))
                 continue
             if list(meta.get("shape", [])) != list(ref.shape):
-                problems.append(f"output {i} shape {meta.get('shape')} != {list(ref.shape)}")
+                problems.append(
+                    ("shape", f"output {i} shape {meta.get('shape')} != {list(ref.shape)}")
+                )
                 continue
             if list(meta.get("stride", [])) != list(ref.stride()):
-                problems.append(
-                    f"output {i} strides {meta.get('stride')} != {list(ref.stride())} (must be contiguous)"
-                )
+                problems.append(("stride", f"output {i} strides {meta.get('stride')} != "
+                                 f"{list(ref.stride())} (must be contiguous)"))  # fmt: skip
                 continue
             try:
                 got = _decode(meta, raw)
             except (ValueError, KeyError, TypeError) as exc:
-                problems.append(f"output {i}: {exc}")
+                problems.append(("decode", f"output {i}: {exc}"))
                 continue
             # a "one" probe changed a single input element, which need not reach every output:
             # there a repeat is evidence only when it is also wrong
@@ -169,14 +180,13 @@ class OutputJudge:
                     self.flag("output_caching", f"{where}: one input element changed, yet output "
                               f"{i} is call {earlier + 1}'s: a stale answer keyed by part of the input")  # fmt: skip
                 diff = (got.double() - ref.double()).abs()
-                problems.append(
-                    f"output {i} differs from the reference (max abs {float(diff.nan_to_num(float('inf')).max()):.3e})"
-                )
+                worst = float(diff.nan_to_num(float("inf")).max())
+                problems.append(("value", f"max error {worst:.3e} in output {i}: it differs from "
+                                 f"the reference beyond atol {tol.atol:g}, rtol {tol.rtol:g}"))  # fmt: skip
                 continue
             err, err_ref = _norm_err(got, orc), _norm_err(ref, orc)
             bound = max(tol.oracle_factor * err_ref, tol.oracle_floor)
             if err > bound:
-                problems.append(
-                    f"output {i} error {err:.2e} vs the fp64 oracle exceeds {bound:.2e}"
-                )
-        return (not problems), "; ".join(problems)
+                problems.append(("oracle", f"max error {err:.2e} in output {i} against the "
+                                 f"fp64 oracle, over the bound {bound:.2e}"))  # fmt: skip
+        return problems

@@ -15,9 +15,12 @@ input; probes with one input element changed get a stale answer from a cache key
 the input (wrong, so ``output_caching``); and one keyed by every value, which then never hits,
 shows by the memory it keeps against the bytes it returned.
 
-Charged time per call: on the CPU, the CPU time of all the process's threads (work moved to
-other threads or cores is paid for; waiting for a core on a loaded machine is not); on a GPU,
-the measurer's wall time around the call, its synchronise and the copy of its outputs.
+Charged time per call: on the CPU, the CPU time of every thread of every process in the
+callee's sandbox, and of its cgroup where it has one (work moved to other threads, processes or
+cores is paid for; waiting for a core on a loaded machine is not); on a GPU, the measurer's wall
+time around the call, its synchronise and the copy of its outputs. The measured process is the
+one the launcher started; any other process in the candidate's sandbox (``extra_process``), or
+the measured one exec'ing another program (``process_replaced``), is a hit.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 
 import torch
 
-from services.verifier.kernel.runner import Stub, descendants, process_cpu, resident_bytes
+from services.verifier.kernel.runner import Stub, process_cpu, resident_bytes
 
 IMPLS = ("reference", "expert", "candidate")
 ALIGN = 64
@@ -75,6 +78,9 @@ class Findings:
     overhead_ns: list[int] = field(default_factory=list)
     grown_bytes: int = 0  # the candidate's resident growth after the warm-ups
     returned_bytes: int = 0  # what it returned on fresh inputs over the same calls
+
+    def detectors(self) -> set[str]:
+        return {d for d, _ in self.hits}
 
     def flag(self, detector: str, evidence: str) -> None:
         if (detector, evidence) not in self.hits:
@@ -128,6 +134,7 @@ class Measurer:
         self.last_out: dict[str, list[tuple[int, bytes]]] = {}
         self.after_clean: dict[str, dict[int, int]] = {}
         self.replaced: set[str] = set()
+        self.seen_extra: set[int] = set()
         self.gpu = False  # set by the caller for a CUDA run
 
     # -- inputs
@@ -189,23 +196,26 @@ class Measurer:
         sampler = _Sampler(stub.pid) if call.sampled else None
         self.found.overhead_ns.append(time.perf_counter_ns() - m0)
         msg = {"op": "call", "inputs": specs, "out_offset": out_offset, "out_cap": self.out_cap}
-        c0 = stub.cpu()
+        c0, s0 = stub.cpu(), stub.sandbox_cpu()
         if sampler:
             sampler.start()
         t0 = time.perf_counter_ns()
         stub.send(msg)
         reply = stub.receive(self.deadline)
         t1 = time.perf_counter_ns()
-        c1 = stub.cpu()
+        c1, s1 = stub.cpu(), stub.sandbox_cpu()
         if sampler:
             call.running = sampler.stop()
         m1 = time.perf_counter_ns()
         call.wall_ns = t1 - t0
         call.cpu_ns = sum(v - c0.get(tid, 0) for tid, v in c1.items())
+        if stub.group is not None:  # processes and threads that ended within the call, too
+            call.cpu_ns = max(call.cpu_ns, s1 - s0)
         call.charged_ns = call.wall_ns if self.gpu else call.cpu_ns
         self.calls.append(call)
         if call.impl == "candidate":
             self._account(stub, call, c0, c1, reply, out_offset)
+            self._processes(stub, f"{call.kind} call {len(self.calls)}")
         stub.ask({"op": "clean"}, self.deadline)
         self.after_clean[call.impl] = stub.cpu()
         self.found.overhead_ns[-1] += time.perf_counter_ns() - m1
@@ -247,6 +257,20 @@ class Measurer:
                 f"outside sampling of {where}: threads {sorted(others)} on a CPU besides the main one",
             )
 
+    def _processes(self, stub: Stub, when: str) -> None:
+        """Any process in the sandbox but the measured one is a hit, whoever started it when;
+        so is a measured process that exec'd another program (the same pid, a new image)."""
+        changed = "" if "process_replaced" in self.found.detectors() else stub.replaced()
+        if changed:
+            self.found.flag(
+                "process_replaced", f"{when}: the candidate's process exec'd: {changed}"
+            )
+        for pid, cmd in stub.extra_processes().items():
+            if pid not in self.seen_extra:
+                self.seen_extra.add(pid)
+                self.found.flag("extra_process", f"{when}: process {pid} ({cmd}) in the "
+                                "sandbox besides the candidate's")  # fmt: skip
+
     def _check_between(self, stub: Stub) -> None:
         """Before the next call: the last outputs are as they were read, and no CPU was spent."""
         for offset, raw in self.last_out.get("candidate", []):
@@ -263,8 +287,10 @@ class Measurer:
 
     def run(self) -> list[Call]:
         cand = self.stubs["candidate"]
-        tree0 = set(descendants(cand.proc.pid))
-        cpu0, total0 = sum(cand.cpu().values()), process_cpu(cand.pid)
+        if not cand.pid:
+            self.found.flag("extra_process", "the launcher's child is not the candidate's process")
+        self._processes(cand, "at ready")
+        cpu0, total0, box0 = sum(cand.cpu().values()), process_cpu(cand.pid), cand.sandbox_cpu()
         rss0, returned = 0, 0
         for call in schedule(self.task, self.rng):
             if call.kind != "warmup" and not rss0:
@@ -277,7 +303,7 @@ class Measurer:
         grown = resident_bytes(cand.pid) - rss0
         self.found.grown_bytes, self.found.returned_bytes = grown, returned
         self._check_between(cand)
-        cpu1, total1 = sum(cand.cpu().values()), process_cpu(cand.pid)
+        cpu1, total1, box1 = sum(cand.cpu().values()), process_cpu(cand.pid), cand.sandbox_cpu()
         f = self.found
         if f.idle_cpu_ns > 20e6 + 0.05 * f.call_cpu_ns:
             f.flag("side_stream_or_thread",
@@ -301,9 +327,11 @@ class Measurer:
         if grown > 4 << 20 and grown > KEPT_SHARE * returned:
             f.flag("output_caching", f"the process grew by {grown / 2**20:.1f} MiB while returning "
                    f"{returned / 2**20:.1f} MiB on fresh inputs after the warm-ups: it keeps what it returns")  # fmt: skip
-        new = set(descendants(cand.proc.pid)) - tree0
-        if new:
-            f.flag("side_stream_or_thread", f"the candidate started {len(new)} processes")
+        self._processes(cand, "after the last call")
+        elsewhere = (box1 - box0) - (total1 - total0)
+        if elsewhere > 30e6 + 0.05 * (total1 - total0):
+            f.flag("extra_process", f"{elsewhere / 1e6:.0f} ms of CPU in the sandbox outside the "
+                   "candidate's process (other processes, live or ended)")  # fmt: skip
         self._timing_probes()
         return self.calls
 

@@ -12,8 +12,11 @@ exec API does not give.
 What crosses into the process: two shared-memory files (memfd) — inputs the measurer writes,
 outputs the process writes — a command pipe, a reply pipe and a tripwire pipe. What the
 measurer reads about it comes from the kernel, not from the process: wall time on its own clock,
-CPU time per thread from ``/proc/<pid>/task/*/schedstat`` (nanoseconds) and the process's total
-from ``/proc/<pid>/stat`` (which keeps the time of threads that ended), and the process tree.
+CPU time per thread of every process in the sandbox from ``/proc/<pid>/task/*/schedstat``
+(nanoseconds), the measured process's total from ``/proc/<pid>/stat`` (which keeps the time of
+threads that ended), the whole sandbox's from its cgroup (``cgroup.py``; else the process tree
+under bubblewrap's init, with what each reaped), the pid bubblewrap reports for its child (on
+``--info-fd``), and each process's command line and environment.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from services.verifier.kernel.cgroup import Group, make_group
 
 LOG_KEEP = 16 * 1024
 MAX_REPLY = 1 << 20
@@ -100,8 +105,10 @@ def available() -> tuple[bool, str]:
     return True, "bubblewrap"
 
 
-def _limits(address_space: int, file_size: int) -> Callable[[], None]:
+def _limits(address_space: int, file_size: int, group: Group | None) -> Callable[[], None]:
     def apply() -> None:
+        if group is not None:
+            group.join_self()
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -142,14 +149,38 @@ def thread_cpu(pid: int) -> dict[int, int]:
     return got
 
 
-def process_cpu(pid: int) -> int:
-    """The process's user + system time, threads that ended included (clock ticks, in ns)."""
+def process_cpu(pid: int, *, reaped: bool = False) -> int:
+    """The process's user + system time, threads that ended included (clock ticks, in ns);
+    ``reaped`` adds the time of the children it has waited for."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * TICK_NS
+        ticks = int(fields[11]) + int(fields[12])
+        if reaped:
+            ticks += int(fields[13]) + int(fields[14])
+        return ticks * TICK_NS
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def inner_pid(pid: int) -> int | None:
+    """The pid of ``pid`` in its own (innermost) pid namespace."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return "?"
 
 
 def resident_bytes(pid: int) -> int:
@@ -182,6 +213,8 @@ class Stub:
         tmp_bytes: int = 256 << 20,
     ) -> None:
         self.name = name
+        self.group = make_group(name)
+        self.info_r, info_w = os.pipe()
         (staging / f"{name}.json").write_text(json.dumps(job))
         (staging / f"{name}.json").chmod(0o444)
         self.in_fd, self.out_fd = os.memfd_create(f"k3s-{name}-in"), os.memfd_create("k3s-out")
@@ -199,6 +232,9 @@ class Stub:
         argv = [
             shutil.which("bwrap") or "bwrap",
             "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            # the launcher reports its child (the sandbox's init): the measured process is
+            # that init's first child, never one found by name
+            "--info-fd", str(info_w),
             # The private /tmp first: the host binds then land on top of it, so a checkout (and
             # its virtualenv) that lives under /tmp stays visible inside the sandbox.
             "--size", str(tmp_bytes), "--tmpfs", "/tmp",
@@ -216,17 +252,27 @@ class Stub:
             os.path.join(sys.prefix, "bin", "python"), "-I", "/k3s/stub.py",
             *(str(fd) for fd in fds), f"/k3s/{name}.json",
         ]  # fmt: skip
+        command = argv[argv.index("--") + 1 :]
+        env = {
+            f"{argv[i + 1]}={argv[i + 2]}".encode() for i, a in enumerate(argv) if a == "--setenv"
+        }
+        env.add(b"PWD=/tmp")  # bubblewrap's own, from --chdir
+        self.image = (b"\0".join(a.encode() for a in command) + b"\0", env)
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=fds,
+            pass_fds=(*fds, info_w),
             start_new_session=True,
-            preexec_fn=_limits(address_space, file_size),  # noqa: PLW1509 - rlimits before exec
+            # rlimits and the cgroup before exec
+            preexec_fn=_limits(address_space, file_size, self.group),  # noqa: PLW1509
         )
-        for fd in (cmd_r, rep_w, wire_w):
+        for fd in (cmd_r, rep_w, wire_w, info_w):
             os.close(fd)
+        if self.group is not None and self.proc.pid not in self.group.pids():
+            self.group.close()  # the launcher did not land in it: account by process tree
+            self.group = None
         self.flooded = False
         self.drains = [_Drain(self.proc.stdout, self._flood, log_cap),
                        _Drain(self.proc.stderr, self._flood, log_cap)]  # fmt: skip
@@ -235,6 +281,7 @@ class Stub:
         self.buf = bytearray()
         self.wire: list[str] = []
         self.pid = 0  # the Python process's host pid, once ready
+        self.init = 0  # the sandbox's init (the launcher's child), once ready
         self.tree: list[int] = []
 
     # -- lifecycle
@@ -258,7 +305,9 @@ class Stub:
         for d in self.drains:
             d.join(timeout=10)
         self.read_wire()
-        for fd in (self.cmd_w, self.rep_r, self.wire_r, self.in_fd, self.out_fd):
+        if self.group is not None:
+            self.group.close()
+        for fd in (self.cmd_w, self.rep_r, self.wire_r, self.info_r, self.in_fd, self.out_fd):
             try:
                 os.close(fd)
             except OSError:
@@ -329,23 +378,78 @@ class Stub:
 
     def ready(self, deadline: float) -> dict[str, Any]:
         msg = self.receive(deadline)
-        kids = [p for p in descendants(self.proc.pid) if _is_python(p)]
-        self.pid = kids[-1] if kids else 0
+        self.init = self._launched_child() or next(iter(_children(self.proc.pid)), 0)
+        # the command the init started is pid 2 of the sandbox's pid namespace; anything else
+        # under the init (a forked child, an orphaned helper) is not the candidate
+        kids = _children(self.init)
+        self.pid = next((p for p in kids if inner_pid(p) == 2), 0)
         self.tree = descendants(self.proc.pid)
         return msg
 
+    def _launched_child(self) -> int:
+        """The child pid bubblewrap reported on its info pipe (written before the command runs)."""
+        os.set_blocking(self.info_r, False)
+        raw = b""
+        try:
+            while chunk := os.read(self.info_r, 4096):
+                raw += chunk
+        except (BlockingIOError, OSError):
+            pass
+        try:
+            return int(json.loads(raw)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            return 0
+
+    def replaced(self) -> str:
+        """Why the measured process is no longer the program that was started (it exec'd
+        something else: another command line or environment in the same pid), or ""."""
+        if not self.pid:
+            return ""
+        try:
+            with open(f"/proc/{self.pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{self.pid}/environ", "rb") as f:
+                environ = {e for e in f.read().split(b"\0") if e}
+        except OSError:
+            return ""  # gone: the next call finds out
+        if cmdline != self.image[0]:
+            shown = cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]
+            return f"it runs {shown!r}, not the stub it was started as"
+        extra = sorted(e.decode(errors="replace")[:60] for e in environ - self.image[1])
+        if extra:  # (one the launcher did not set, say LD_PRELOAD, or a changed value)
+            return f"its environment changed: {extra[:5]}"
+        return ""
+
     # -- accounting
 
+    def processes(self) -> list[int]:
+        """Every process in the sandbox but the launcher's two (bwrap and its init)."""
+        if self.group is not None:
+            found = self.group.pids()
+        else:
+            found = [self.init, *descendants(self.init)] if self.init else []
+        return [p for p in found if p not in (self.proc.pid, self.init)]
+
+    def extra_processes(self) -> dict[int, str]:
+        """Processes in the sandbox other than the measured one: pid -> command line."""
+        return {p: command_line(p) for p in self.processes() if p != self.pid}
+
     def cpu(self) -> dict[int, int]:
-        return thread_cpu(self.pid) if self.pid else {}
+        """Nanoseconds per live thread of every process in the sandbox (the measured one's and
+        any other's: a helper's threads are side threads, charged and seen)."""
+        got: dict[int, int] = {}
+        for pid in self.processes() if self.pid else []:
+            got.update(thread_cpu(pid))
+        return got
+
+    def sandbox_cpu(self) -> int:
+        """CPU of everything that ever ran in the sandbox, ended processes and threads included
+        (the cgroup's count; else the tree's ticks with what each reaped)."""
+        if self.group is not None:
+            return self.group.usage_ns()
+        if not self.init:
+            return 0
+        return sum(process_cpu(p, reaped=True) for p in [self.init, *descendants(self.init)])
 
     def total_cpu(self) -> int:
         return process_cpu(self.pid) if self.pid else 0
-
-
-def _is_python(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"stub.py" in f.read()
-    except OSError:
-        return False

@@ -65,6 +65,12 @@ class KernelResult(BaseModel):
     reward: float
     correct: bool
     reason: str
+    failed_check: str = Field(
+        "",
+        description="For a zero without a detector: the check that failed (value, oracle, dtype, "
+        "shape, stride, outputs, tensor, fit, decode, no_output) or how the run ended (timeout, "
+        "flood, died, protocol, error:<stage>); a cheat names its detectors instead.",
+    )
     detectors: list[DetectorHit] = Field(default_factory=list)
     checks: list[CheckResult] = Field(default_factory=list)
     timings: Timings | None = None
@@ -296,6 +302,7 @@ def _measure(
                 "flagged: " + ", ".join(sorted({h.detector for h in judge.hits})) + f" ({reason})"
             )
         return KernelResult(**base, reward=0.0, correct=False, reason=reason, detectors=judge.hits,
+                            failed_check="" if judge.hits else failure.kind,
                             wall_s=time.monotonic() - started, verifier_overhead_s=overhead)  # fmt: skip
     t_ref, t_exp, t_cand = (
         measurer.lower_quartile_s(i) for i in ("reference", "expert", "candidate")
@@ -320,18 +327,26 @@ def _measure(
     )  # fmt: skip
     failed = [c for c in judge.checks if not c.ok]
     correct = not failed and bool(judge.checks)
+    failed_check = ""
     if judge.hits:
         reward, reason = 0.0, "flagged: " + ", ".join(sorted({h.detector for h in judge.hits}))
     elif not correct:
-        first = failed[0] if failed else None
-        reward = 0.0
-        reason = (f"incorrect: {len(failed)} of {len(judge.checks)} checks failed; first: {first.phase}: {first.detail}"
-                  if first else "incorrect: no output was checked")  # fmt: skip
+        reward, reason, failed_check = 0.0, *_incorrect(judge.checks)
     else:
         reward = speed_reward(t_ref, t_exp, t_roof, t_cand)
         reason = f"correct on {len(judge.checks)} checks; {t_ref / t_cand:.2f}x the reference, {t_exp / t_cand:.2f}x the expert"
     return KernelResult(**base, reward=reward, correct=correct, reason=reason, detectors=judge.hits,
-                        timings=timings, wall_s=time.monotonic() - started, verifier_overhead_s=overhead)  # fmt: skip
+                        failed_check=failed_check, timings=timings, wall_s=time.monotonic() - started, verifier_overhead_s=overhead)  # fmt: skip
+
+
+def _incorrect(checks: list[CheckResult]) -> tuple[str, str]:
+    """(reason, failed check) of a wrong candidate: the first failed check, where and by how much."""
+    failed = [(i, c) for i, c in enumerate(checks, 1) if not c.ok]
+    if not failed:
+        return "incorrect: no output was checked", "no_output"
+    i, first = failed[0]
+    return (f"incorrect: {first.detail} on {first.phase} call {i} (check {first.check}; "
+            f"{len(failed)} of {len(checks)} checks failed)", first.check)  # fmt: skip
 
 
 def _wire_findings(

@@ -35,12 +35,10 @@ from services.verifier.web.browser import BrowserReport, run_checks
 from services.verifier.web.judge import JudgeTerm, WebJudge, judge_app
 from services.verifier.web.similarity import dom_similarity, ssim
 from services.verifier.web.spec import MAX_APP_BYTES, WebTask, load_web_task
-from shared.clients import Call, SandboxClient
-from shared.contracts import sandbox as sb_contract
+from services.verifier.web.start import TAG_KEY, create_sandbox, kill_tagged
+from shared.clients import SandboxClient
 
 APP_DIR = "/home/user/app"
-TAG_KEY = "k3s_verifier"
-"""Metadata key every web candidate's sandbox carries (its value: the job), to find orphans."""
 MEMORY_MB = 512
 """Guest memory of the sandbox an app is built and served in (npm needs a few hundred MB)."""
 WORDS = (
@@ -151,14 +149,26 @@ def _wait_http(url: str, timeout_s: float) -> bool:
 def choose_runtime(sandbox: SandboxClient, requested: str = "auto") -> tuple[str, str]:
     """(runtime, note). ``auto``: the sandbox service's microvm runtime when it is available
     there, else the ``process`` runtime as a named fallback (bubblewrap on the service host)."""
+    return runtime_plan(sandbox, requested)[0][:2]
+
+
+def runtime_plan(sandbox: SandboxClient, requested: str = "auto") -> list[tuple[str, str, dict]]:
+    """The runtimes to try in turn, ``(runtime, note, network)``: the requested one alone; for
+    ``auto``, the microvm runtime and then, when the service has it, the process runtime (for a
+    guest that does not boot under load), else the process runtime alone."""
     if requested != "auto":
-        return requested, f"{requested} runtime (requested)"
+        return [(requested, f"{requested} runtime (requested)", _network(requested))]
     infos = {r.name: r for r in sandbox.runtimes()}
-    mv = infos.get("microvm")
+    mv, proc = infos.get("microvm"), infos.get("process")
     if mv is not None and mv.available:
-        return "microvm", "microvm runtime"
+        plan = [("microvm", "microvm runtime", _network("microvm"))]
+        if proc is not None and proc.available:
+            note = "process runtime (fallback: the microvm did not start)"
+            plan.append(("process", note, _network("process")))
+        return plan
     why = mv.reason if mv is not None else "not installed on the sandbox service"
-    return "process", f"process runtime (fallback: microvm unavailable: {why})"
+    return [("process", f"process runtime (fallback: microvm unavailable: {why})",
+             _network("process"))]  # fmt: skip
 
 
 def _network(runtime: str) -> dict[str, Any]:
@@ -270,6 +280,7 @@ def verify_web(
     ttl_s: int = 900,
     orphan_grace_s: float = 60.0,
     tag: str | None = None,
+    create_retries: int = 1,
 ) -> WebResult:
     """Verify one candidate directory. ``runtime``: ``auto`` (microvm when the sandbox service
     has it, else ``process``, named as a fallback in the result), ``microvm`` or ``process``.
@@ -278,24 +289,22 @@ def verify_web(
     The sandbox is created with its own bound (``create_timeout_s``), a lifetime (``ttl_s``, the
     backstop) and a metadata tag; whatever happens after — a failed or timed-out create, a build
     that raises, a cancelled job — it is killed by id, and when the create failed, whatever
-    sandbox carries the tag is looked for during ``orphan_grace_s`` and killed."""
+    sandbox carries the tag is looked for during ``orphan_grace_s`` and killed. A create that
+    fails for the infrastructure's sake is tried again (``create_retries``), then on the next
+    runtime of the plan; after that the job ends ``sandbox_unavailable``
+    (:class:`~services.verifier.web.start.SandboxUnavailable`), never with a verdict."""
     task = load_web_task(task_name)
     files = app_files(candidate)
-    rt, note = choose_runtime(sandbox, runtime)
+    plan = runtime_plan(sandbox, runtime)
     word = secrets.choice(WORDS) + str(secrets.randbelow(10_000))
     with _serve_reference(task.reference_dir) as ref_url:
         ref = run_checks(ref_url, task.checks, word, task.viewport)
     t0 = time.monotonic()
     tag = tag or secrets.token_hex(8)
-    body = {"templateID": template, "timeout": ttl_s, "network": _network(rt), "runtime": rt,
-            "memoryMB": MEMORY_MB, "metadata": {TAG_KEY: tag}}  # fmt: skip
-    try:
-        sb = sandbox.send(
-            Call("POST", "/sandboxes", sb_contract.Sandbox, json=body, timeout=create_timeout_s)
-        )
-    except BaseException:
-        kill_tagged(sandbox, tag, orphan_grace_s)
-        raise
+    body = {"templateID": template, "timeout": ttl_s, "memoryMB": MEMORY_MB,
+            "metadata": {TAG_KEY: tag}}  # fmt: skip
+    sb, note = create_sandbox(sandbox, body, plan, create_timeout_s=create_timeout_s,
+                              orphan_grace_s=orphan_grace_s, tag=tag, retries=create_retries)  # fmt: skip
     head = dict(task=task.name, runtime=note, reward=0.0)
     got: BrowserReport | None = None
     try:
@@ -327,24 +336,6 @@ def verify_web(
         result.runtime = note
     result.sandbox_s = sandbox_s
     return result
-
-
-def kill_tagged(sandbox: SandboxClient, tag: str, grace_s: float) -> list[str]:
-    """Kill every sandbox tagged ``tag``; keep looking for ``grace_s`` (a create that timed out
-    here may still finish on the service). Returns the ids killed."""
-    killed: list[str] = []
-    deadline = time.monotonic() + grace_s
-    while True:
-        try:
-            for found in sandbox.list(metadata=f"{TAG_KEY}={tag}"):
-                if found.sandboxID not in killed:
-                    sandbox.kill(found.sandboxID)
-                    killed.append(found.sandboxID)
-        except Exception:  # noqa: BLE001 - keep trying until the grace is over
-            pass
-        if time.monotonic() >= deadline:
-            return killed
-        time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
 
 
 def _index_source(files: dict[str, bytes]) -> str:
