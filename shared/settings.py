@@ -229,6 +229,13 @@ class SandboxSettings(ServiceSettings):
     accel: Literal["auto", "kvm", "tcg"] = Field(
         "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
     )
+    boot_timeout_s: float = Field(
+        90.0, gt=0, le=3600,
+        description="Seconds a microVM guest has to boot on an idle host. The wait follows the "
+        "machine: it is multiplied by the load average per core when that is above 1 (at most "
+        "8x), and a guest that misses it is booted once more before the create fails with an "
+        "error naming the budget.",
+    )  # fmt: skip
     warm_pool: int = Field(
         1, ge=0, le=64,
         description="QEMUs kept waiting (-incoming defer) for restores, per template (prewarmed "

@@ -24,6 +24,7 @@ nothing through it) plus one ``guestfwd`` per allowed ``host:port``, reachable i
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -48,7 +49,19 @@ KERNEL_CMDLINE = "console=ttyS0 quiet panic=-1 init_on_free=1 tsc=reliable"
 guest TSC ticks at the host's rate, and on a loaded host the PIT calibration fails and the guest
 stalls without a clocksource; telling the kernel the frequency skips the calibration."""
 
-BOOT_TIMEOUT_S = 90.0
+BOOT_TIMEOUT_S = 90.0  # K3STACK_SANDBOX__BOOT_TIMEOUT_S's default: an idle host's budget
+MAX_LOAD_SCALE = 8.0
+
+
+def boot_budget(base_s: float = BOOT_TIMEOUT_S) -> tuple[float, float]:
+    """``(seconds, load per core)``: the boot wait on this host now. A guest under TCG competes
+    with everything else for the cores, so a fixed wait that holds on an idle host fails on a
+    busy one; the budget grows with the load average per core (1-minute) above 1, to 8x."""
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = 1.0
+    return base_s * min(MAX_LOAD_SCALE, max(1.0, load)), load
 
 
 def host_tsc_khz() -> int | None:

@@ -81,6 +81,7 @@ from services.sandbox.runtime.microvm.launch import (
     QEMU,
     Vm,
     WarmPool,
+    boot_budget,
     connect_agent,
     discard,
     guest_addresses,
@@ -145,6 +146,7 @@ class MicroVMRuntime(Runtime):
         pool_size: int = 0,
         pids_max: int = 1024,
         cow_restore: bool = True,
+        boot_timeout_s: float = BOOT_TIMEOUT_S,
     ) -> None:
         """``accel``: ``kvm``, ``tcg``, or None/``auto`` (a boot probe decides); ``pids_max``:
         processes the guest's commands may have at once (the agent's cgroup limit);
@@ -156,6 +158,7 @@ class MicroVMRuntime(Runtime):
         self._accel_lock = threading.Lock()
         self._reprobe_at: float | None = None  # a timed-out KVM probe runs again after this
         self.pids_max = pids_max
+        self.boot_timeout_s = boot_timeout_s  # an idle host's boot wait (see boot_budget)
         self.cow_restore = cow_restore and can_read_children()
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
@@ -353,17 +356,28 @@ class MicroVMRuntime(Runtime):
         image = self._image(spec.image)
         accel = self.accel
         workdir.mkdir(parents=True, exist_ok=True)
-        disk = disks.new_overlay(workdir, image.disk) if image.disk else None
-        vm = launch(image, spec, accel, incoming=False, disk=disk.active if disk else None, shm=self.shm,
-                    pids_max=self.pids_max)  # fmt: skip
-        try:
-            agent = connect_agent(vm.sock_dir / "agent.sock", BOOT_TIMEOUT_S)
-        except Exception:
-            console = (vm.sock_dir / "console.log").read_text(errors="replace")[-1500:]
-            kill_vm(vm.proc, vm.qmp, vm.mem_path)
-            if disk:
-                disks.remove_disk(disk)
-            raise GuestAgentError(f"guest did not boot; console tail:\n{console}") from None
+        tries = []
+        for _ in range(2):  # a boot that missed its budget gets one more try, on a fresh disk
+            disk = disks.new_overlay(workdir, image.disk) if image.disk else None
+            budget, load = boot_budget(self.boot_timeout_s)
+            vm = launch(image, spec, accel, incoming=False, disk=disk.active if disk else None,
+                        shm=self.shm, pids_max=self.pids_max)  # fmt: skip
+            try:
+                agent = connect_agent(vm.sock_dir / "agent.sock", budget)
+                break
+            except Exception:  # noqa: BLE001 - told below, with the console's last lines
+                console = (vm.sock_dir / "console.log").read_text(errors="replace")[-1500:]
+                kill_vm(vm.proc, vm.qmp, vm.mem_path)
+                if disk:
+                    disks.remove_disk(disk)
+                tries.append(f"{budget:.0f} s at load {load:.1f} per core")
+                log.warning("sandbox %s: guest did not boot within %s", sandbox_id, tries[-1])
+        else:
+            raise GuestAgentError(
+                f"guest did not boot, twice ({'; '.join(tries)}; the budget is "
+                f"K3STACK_SANDBOX__BOOT_TIMEOUT_S={self.boot_timeout_s:g} scaled by the load); "
+                f"console tail:\n{console}"
+            )
         h = self._handle(sandbox_id, spec, workdir, vm, accel)
         live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, memory=SharedMemory(vm.mem_path))
         live.pid = vm.proc.pid
@@ -816,7 +830,7 @@ def make_runtime(settings: Any = None) -> MicroVMRuntime:
     section = (settings or get_settings()).sandbox
     return MicroVMRuntime(
         root=root, accel=section.accel, pool_size=section.warm_pool,
-        pids_max=section.guest_pids_max,
+        pids_max=section.guest_pids_max, boot_timeout_s=section.boot_timeout_s,
     )  # fmt: skip
 
 
