@@ -9,6 +9,7 @@ an earlier answer carried. Text must be valid Unicode: a lone surrogate (JSON ``
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any, Literal
@@ -178,6 +179,10 @@ class Usage(_Response):
 
 
 MAX_N = 16
+#: Entries of ``logit_bias`` (OpenAI's own limit is 300; a bias per token of a big vocabulary is
+#: what a request could otherwise send, each step).
+MAX_LOGIT_BIAS = 1024
+_TOKEN_ID = re.compile(r"[0-9]{1,10}")
 MAX_TOP_LOGPROBS = 20
 _TOKEN_IDS_DOC = (
     "k3stack extension (vLLM's name): also return the prompt's token ids (`prompt_token_ids`) "
@@ -197,7 +202,9 @@ class _SamplingFields(_TopRequest):
         None, gt=0.0, le=10.0, description="Penalise tokens of the prompt and output (1: off)."
     )
     logit_bias: dict[str, float] | None = Field(
-        None, description="Token id (as a string) -> bias added to its logit, -100..100."
+        None,
+        description="Token id (as a string of ASCII digits) -> bias added to its logit, "
+        "-100..100; ids past the vocabulary are a 400.",
     )
     max_tokens: int | None = Field(None, ge=1)
     seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
@@ -216,9 +223,12 @@ class _SamplingFields(_TopRequest):
     @field_validator("logit_bias")
     @classmethod
     def _bias_range(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is not None and len(v) > MAX_LOGIT_BIAS:
+            raise ValueError(f"at most {MAX_LOGIT_BIAS} entries")
         for key, bias in (v or {}).items():
-            if not key.lstrip("-").isdigit():
-                raise ValueError(f"key {key!r} is not a token id")
+            # str.isdigit takes '²' and '٣', and int() takes '+5' and ' 5': only ASCII digits pass
+            if not _TOKEN_ID.fullmatch(key):
+                raise ValueError(f"key {key[:40]!r} is not a token id (0 or more, ASCII digits)")
             if not -100.0 <= bias <= 100.0:
                 raise ValueError(f"bias {bias} for token {key} is outside [-100, 100]")
         return v
