@@ -179,6 +179,9 @@ class Usage(_Response):
 
 
 MAX_N = 16
+#: Tools per request, OpenAI's own cap: each is compiled into the request's grammar, and 1,000 of
+#: them held the grammar compiler for seconds of CPU.
+MAX_TOOLS = 128
 #: Entries of ``logit_bias`` (OpenAI's own limit is 300; a bias per token of a big vocabulary is
 #: what a request could otherwise send, each step).
 MAX_LOGIT_BIAS = 1024
@@ -247,6 +250,12 @@ class _SamplingFields(_TopRequest):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
+def _at_most_tools(tools: list[ToolDef] | None) -> list[ToolDef] | None:
+    if tools is not None and len(tools) > MAX_TOOLS:
+        raise ValueError(f"at most {MAX_TOOLS} tools per request, not {len(tools)}")
+    return tools
+
+
 # ----- chat completions -----------------------------------------------------------------------------
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "max"]
@@ -255,7 +264,7 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "max"]
 class ChatCompletionRequest(_SamplingFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[ToolDef] | None = None
+    tools: list[ToolDef] | None = Field(None, description=f"At most {MAX_TOOLS}.")
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
@@ -273,6 +282,11 @@ class ChatCompletionRequest(_SamplingFields):
     )
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_cap(cls, v: list[ToolDef] | None) -> list[ToolDef] | None:
+        return _at_most_tools(v)
 
     @model_validator(mode="after")
     def _tool_choice_needs_tools(self) -> ChatCompletionRequest:
@@ -476,7 +490,7 @@ class TokenizeRequest(_TopRequest):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    tools: list[ToolDef] | None = None
+    tools: list[ToolDef] | None = Field(None, description=f"At most {MAX_TOOLS}.")
     reasoning_effort: ReasoningEffort | None = None
     add_generation_prompt: bool = True
     add_special_tokens: bool = Field(
@@ -484,6 +498,11 @@ class TokenizeRequest(_TopRequest):
     )
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_cap(cls, v: list[ToolDef] | None) -> list[ToolDef] | None:
+        return _at_most_tools(v)
 
     @model_validator(mode="after")
     def _one_input(self) -> TokenizeRequest:
