@@ -9,6 +9,8 @@ anything else (a failure); single forced calls with 200 tokens of room; JSON-mod
 ``json.loads`` (strict) reads.
 refusal: a 1-token chat's latency while six 2 MiB bodies are refused.
 hol: a 1-token chat's time to first token while a 27K-token prompt prefills.
+hostile: each hostile grammar request (endless, left-recursive, a huge alternation, the most
+tools allowed with parallel calls, 1,000 tools) with its answer, beside a 1-token chat's latency.
 """
 
 from __future__ import annotations
@@ -183,11 +185,49 @@ def head_of_line(url: str) -> None:
     )
 
 
+def _custom(definition: str) -> dict[str, Any]:
+    fmt = {"type": "grammar", "syntax": "lark", "definition": definition}
+    return {"input": "x", "max_output_tokens": 32, "tool_choice": "required",
+            "tools": [{"type": "custom", "name": "p", "format": fmt}]}  # fmt: skip
+
+
+def _tools(n: int) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    tools = [{"type": "function", "function": {"name": f"t{i}", "parameters": schema}}
+             for i in range(n)]  # fmt: skip
+    return {"messages": ASK, "max_tokens": 32, "tool_choice": "required", "tools": tools}
+
+
+HOSTILE = {
+    "endless grammar": ("/v1/responses", _custom('start: "a" start')),
+    "left-recursive grammar": ("/v1/responses", _custom('start: start "a"')),
+    "huge alternation (2,000)": (
+        "/v1/responses",
+        _custom("start: " + " | ".join(f'"w{i}"' for i in range(2000))),
+    ),
+    "128 tools, parallel calls": ("/v1/chat/completions", _tools(128)),
+    "1,000 tools, parallel calls": ("/v1/chat/completions", _tools(1000)),
+}
+
+
+def hostile(url: str) -> None:
+    for name, (path, body) in HOSTILE.items():
+        with ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            fut = pool.submit(lambda: httpx.post(url + path, json=body, timeout=600))  # noqa: B023
+            time.sleep(0.3)
+            _, chat = one_token_chat(url)
+            resp = fut.result()
+            took = time.monotonic() - started
+        answer = resp.json().get("error", {}).get("message", "")[:70] or "completed"
+        print(f"{name}: {resp.status_code} in {took:.2f} s ({answer}); 1-token chat {chat:.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--json", type=int, default=100)
-    ap.add_argument("--only", choices=["structured", "refusal", "hol"])
+    ap.add_argument("--only", choices=["structured", "refusal", "hol", "hostile"])
     args = ap.parse_args()
     if args.only in (None, "structured"):
         url, server = serve(max_model_len=2048)
@@ -199,6 +239,10 @@ def main() -> None:
             refusal(url)
         if args.only in (None, "hol"):
             head_of_line(url)
+        server.should_exit = True
+    if args.only in (None, "hostile"):
+        url, server = serve(max_model_len=32768)
+        hostile(url)
         server.should_exit = True
 
 

@@ -36,6 +36,7 @@ from typer.core import TyperGroup
 
 from shared.queue import worker_argv, worker_groups
 from shared.settings import SERVICE_NAMES, SettingsError, load_settings, settings_table
+from shared.startup_wait import StartupWatch
 
 PLUGIN_GROUP = "k3stack.cli"
 
@@ -319,7 +320,20 @@ def up(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Return once healthy; stop with `k3stack down`.")
     ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for health.")] = 60.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Most seconds to wait for health in all (a loaded 2-core machine can take "
+            "minutes to import the model service)."
+        ),
+    ] = 600.0,
+    stall_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Give up on a service still not healthy that showed no progress (CPU time or "
+            "log output) for this many seconds."
+        ),
+    ] = 120.0,
     stop_timeout: Annotated[
         float,
         typer.Option(help="On Ctrl-C, seconds of grace before SIGKILL (a second Ctrl-C: now)."),
@@ -415,6 +429,7 @@ def up(
 
     pending = {c.name for c in children}
     started = time.monotonic()
+    watch = StartupWatch(stall_s=stall_timeout, budget_s=timeout)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -443,11 +458,21 @@ def up(
                 if ok:
                     pending.discard(child.name)
                     progress.update(task, advance=1, description=f"{child.name} ready")
-            if time.monotonic() - started > timeout:
+                else:
+                    watch.look(child.name, child.pid, child.log)
+            if stalled := watch.stalled(pending):
+                abort(
+                    f"not healthy and no progress (CPU time, log output) for "
+                    f"{stall_timeout:.0f}s: {', '.join(stalled)}; see logs in {logs}"
+                )
+            if watch.over_budget():
                 abort(
                     f"not healthy after {timeout:.0f}s: {', '.join(sorted(pending))}; "
                     f"see logs in {logs}"
                 )
+            if pending:
+                waiting = ", ".join(sorted(pending))
+                progress.update(task, description=f"waiting for {waiting}")
             time.sleep(0.2)
     if stop.requested:
         abort("interrupted during start-up; stopped everything", code=130)

@@ -19,6 +19,7 @@ tokens are left. :class:`BudgetedProcessor` wraps it with the request's token bu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -40,6 +41,9 @@ NO_NEW_ELEMENT = 24
 MAX_CLOSE_STEPS = 512
 #: At most this many tokens are tried when searching a grammar's way to its end.
 MAX_SEARCH = 4000
+#: Seconds of the engine thread's CPU one search (or one closing estimate) may take in a step,
+#: so a grammar whose matcher work is slow cannot hold the step for everyone.
+SEARCH_CPU_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -205,9 +209,12 @@ def search_close(matcher: xgr.GrammarMatcher, vocab: Vocab, never: set[int]) -> 
     seen = {(mask.numpy().tobytes(), root.find_jump_forward_string())}
     frontier: list[tuple[xgr.GrammarMatcher, list[int], torch.Tensor]] = [(root, [], mask)]
     tries = 0
-    while frontier and tries < MAX_SEARCH:
+    deadline = time.thread_time() + SEARCH_CPU_S
+    while frontier and tries < MAX_SEARCH and time.thread_time() < deadline:
         following = []
         for node, path, node_mask in frontier:
+            if time.thread_time() > deadline:
+                break
             forced = node.find_jump_forward_string()
             first = vocab.encode(forced)[:1] if forced else []
             for t in [*first, *vocab.ascii]:
@@ -283,7 +290,8 @@ def closing_cost(
     scan = scan.copy()
     mask = xgr.allocate_token_bitmask(1, bitmask.shape[1] * 32)
     n = 0
-    while n < MAX_CLOSE_STEPS:
+    deadline = time.thread_time() + SEARCH_CPU_S
+    while n < MAX_CLOSE_STEPS and time.thread_time() < deadline:
         if fork.is_terminated():
             return n
         fork.fill_next_token_bitmask(mask)

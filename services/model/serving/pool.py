@@ -132,8 +132,11 @@ class PagedPool:
 
     @property
     def max_tokens(self) -> int:
-        """The longest request the pool can hold (its private KDA pages taken out)."""
-        return (self.num_pages - self.num_groups) * self.page_tokens
+        """The longest request the pool can always hold: the pages left once every request slot
+        has its private KDA pages (counting only its own let a request be admitted that could
+        not finish beside others: 129,024 tokens in a 32,768-token pool)."""
+        reserved = self.max_requests * max(self.num_groups, 1)
+        return max(self.num_pages - reserved, 1) * self.page_tokens
 
     @property
     def usage(self) -> float:

@@ -9,6 +9,7 @@ an earlier answer carried. Text must be valid Unicode: a lone surrogate (JSON ``
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any, Literal
@@ -178,6 +179,13 @@ class Usage(_Response):
 
 
 MAX_N = 16
+#: Tools per request, OpenAI's own cap: each is compiled into the request's grammar, and 1,000 of
+#: them held the grammar compiler for seconds of CPU.
+MAX_TOOLS = 128
+#: Entries of ``logit_bias`` (OpenAI's own limit is 300; a bias per token of a big vocabulary is
+#: what a request could otherwise send, each step).
+MAX_LOGIT_BIAS = 1024
+_TOKEN_ID = re.compile(r"[0-9]{1,10}")
 MAX_TOP_LOGPROBS = 20
 _TOKEN_IDS_DOC = (
     "k3stack extension (vLLM's name): also return the prompt's token ids (`prompt_token_ids`) "
@@ -197,7 +205,9 @@ class _SamplingFields(_TopRequest):
         None, gt=0.0, le=10.0, description="Penalise tokens of the prompt and output (1: off)."
     )
     logit_bias: dict[str, float] | None = Field(
-        None, description="Token id (as a string) -> bias added to its logit, -100..100."
+        None,
+        description="Token id (as a string of ASCII digits) -> bias added to its logit, "
+        "-100..100; ids past the vocabulary are a 400.",
     )
     max_tokens: int | None = Field(None, ge=1)
     seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
@@ -216,9 +226,12 @@ class _SamplingFields(_TopRequest):
     @field_validator("logit_bias")
     @classmethod
     def _bias_range(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is not None and len(v) > MAX_LOGIT_BIAS:
+            raise ValueError(f"at most {MAX_LOGIT_BIAS} entries")
         for key, bias in (v or {}).items():
-            if not key.lstrip("-").isdigit():
-                raise ValueError(f"key {key!r} is not a token id")
+            # str.isdigit takes '²' and '٣', and int() takes '+5' and ' 5': only ASCII digits pass
+            if not _TOKEN_ID.fullmatch(key):
+                raise ValueError(f"key {key[:40]!r} is not a token id (0 or more, ASCII digits)")
             if not -100.0 <= bias <= 100.0:
                 raise ValueError(f"bias {bias} for token {key} is outside [-100, 100]")
         return v
@@ -237,6 +250,12 @@ class _SamplingFields(_TopRequest):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
+def _at_most_tools(tools: list[ToolDef] | None) -> list[ToolDef] | None:
+    if tools is not None and len(tools) > MAX_TOOLS:
+        raise ValueError(f"at most {MAX_TOOLS} tools per request, not {len(tools)}")
+    return tools
+
+
 # ----- chat completions -----------------------------------------------------------------------------
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "max"]
@@ -245,7 +264,7 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "max"]
 class ChatCompletionRequest(_SamplingFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[ToolDef] | None = None
+    tools: list[ToolDef] | None = Field(None, description=f"At most {MAX_TOOLS}.")
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
@@ -263,6 +282,11 @@ class ChatCompletionRequest(_SamplingFields):
     )
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_cap(cls, v: list[ToolDef] | None) -> list[ToolDef] | None:
+        return _at_most_tools(v)
 
     @model_validator(mode="after")
     def _tool_choice_needs_tools(self) -> ChatCompletionRequest:
@@ -486,7 +510,7 @@ class TokenizeRequest(_TopRequest):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    tools: list[ToolDef] | None = None
+    tools: list[ToolDef] | None = Field(None, description=f"At most {MAX_TOOLS}.")
     reasoning_effort: ReasoningEffort | None = None
     add_generation_prompt: bool = True
     add_special_tokens: bool = Field(
@@ -494,6 +518,11 @@ class TokenizeRequest(_TopRequest):
     )
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_cap(cls, v: list[ToolDef] | None) -> list[ToolDef] | None:
+        return _at_most_tools(v)
 
     @model_validator(mode="after")
     def _one_input(self) -> TokenizeRequest:

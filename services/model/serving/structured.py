@@ -48,7 +48,10 @@ import torch
 import xgrammar as xgr
 
 from services.model.serving.budget import BudgetedProcessor, Vocab, vocab_of
-from services.model.serving.template import Mode, attr_json, attr_str
+from services.model.serving.emptiness import empty_schema, unproductive_rule
+from services.model.serving.grammar_compile import CompileTimeout, GrammarWorker
+from services.model.serving.template import Mode, attr_str
+from services.model.serving.tokenize_pool import Cancelled
 from services.model.tokenizer.base import CLOSE, END_OF_MSG, OPEN, SEP, Tokenizer
 
 if TYPE_CHECKING:
@@ -59,7 +62,12 @@ MAX_JSON_WHITESPACE = 8
 
 
 class StructuredOutputError(ValueError):
-    """The requested structure cannot be compiled (the API answers 400)."""
+    """The requested structure cannot be compiled, or admits no output (the API answers 400
+    naming ``param``)."""
+
+    def __init__(self, message: str, param: str = "response_format") -> None:
+        super().__init__(message)
+        self.param = param
 
 
 MARKER_PREFIX = b"\xff\xfe"
@@ -75,7 +83,8 @@ class _Compiler:
     vocab: Vocab
 
 
-_lock = threading.Lock()
+#: Compiles every request's grammar, one at a time (the compiler's cache is shared), cached.
+WORKER = GrammarWorker()
 _SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
 
 
@@ -207,9 +216,40 @@ GRAMMAR_KEY = "x-k3stack-grammar"
 @cache
 def _lark_to_ebnf(definition: str) -> str:
     try:
-        return str(xgr.Grammar.from_lark(definition))
+        ebnf = str(xgr.Grammar.from_lark(definition))
     except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError and friends
         raise StructuredOutputError(f"the tool's Lark grammar does not compile: {exc}") from exc
+    if (rule := unproductive_rule(ebnf)) is not None:
+        raise StructuredOutputError(
+            f"the tool's Lark grammar derives no finite text: rule {rule!r} never ends "
+            "(it recurses without a base case)"
+        )
+    return ebnf
+
+
+@cache
+def _schema_problem(text: str) -> str | None:
+    """Why the JSON schema (as canonical JSON) admits no value, or None."""
+    schema = json.loads(text)
+    if (reason := empty_schema(schema)) is not None:
+        return reason
+    if "$ref" not in text:  # only a reference can recurse
+        return None
+    try:
+        ebnf = str(xgr.Grammar.from_json_schema(text))
+    except Exception:  # noqa: BLE001 - left for the compile to report
+        return None
+    if (rule := unproductive_rule(ebnf)) is not None:
+        return f"no finite JSON value satisfies it (it recurses without a base case at {rule!r})"
+    return None
+
+
+def check_schema(schema: Any, where: str) -> None:
+    """Refuse a schema no (finite) JSON value satisfies, naming ``where``."""
+    if isinstance(schema, dict | bool):
+        reason = _schema_problem(json.dumps(schema, sort_keys=True))
+        if reason is not None:
+            raise StructuredOutputError(f"{where}: {reason}", param=where.split(".")[0])
 
 
 def grammar_format(spec: dict[str, Any]) -> dict[str, Any]:
@@ -306,26 +346,46 @@ class _Builder:
             else:
                 body = self.text(max_chars=schema.get("maxLength"))
             return self.element(header, "arg", body)
+        check_schema({**schema, **defs}, f"tools.{name}")
         return self.element(header + ' type="json"', "arg", self.json({**schema, **defs}))
 
-    def call(self, name: str, parameters: Any, index: int) -> dict[str, Any]:
-        header = "call" + attr_str("tool", name) + attr_json("index", index)
-        return self.element(header, "call", self.args(parameters))
+    def call(self, name: str, parameters: Any, max_calls: int) -> dict[str, Any]:
+        """One call of ``name``; with room for more than one call its index is any of
+        ``0..max_calls-1`` (the parser numbers calls itself), so one copy serves every call."""
+        header = "call" + attr_str("tool", name) + " index:="
+        if max_calls == 1:
+            opening = self.open(header + "0")
+        else:
+            digits = "|".join(str(i) for i in range(max_calls))
+            index = {"type": "regex", "pattern": f"({digits})"}
+            opening = self.seq(self.token(OPEN), self.const(header), index, self.token(SEP))
+        try:
+            check_schema(parameters, "tools")
+            return self.seq(opening, self.args(parameters), self.close("call"))
+        except StructuredOutputError as exc:
+            message = str(exc).removeprefix("tools: ")
+            raise StructuredOutputError(f"tools: {name!r}: {message}", param="tools") from None
 
     def tools(self, tools: dict[str, Any], max_calls: int) -> dict[str, Any]:
-        def calls_from(index: int) -> dict[str, Any]:
-            one = self.either(*(self.call(n, p, index) for n, p in tools.items()))
-            if index + 1 >= max_calls:
-                return one
-            return self.seq(one, self.optional(calls_from(index + 1)))
-
-        return self.seq(self.open("tools"), calls_from(0), self.close("tools"))
+        """The tools channel: 1 to ``max_calls`` calls. The tool set is built once and repeated
+        (8 copies of 1,000 tools took 36 s of CPU to compile, under the compiler's lock)."""
+        one = self.either(*(self.call(n, p, max_calls) for n, p in tools.items()))
+        calls = (
+            one
+            if max_calls == 1
+            else {"type": "repeat", "min": 1, "max": max_calls, "content": one}
+        )
+        return self.seq(self.open("tools"), calls, self.close("tools"))
 
 
 def chat_constraint(
-    req: ChatCompletionRequest, mode: Mode, tokenizer: Tokenizer
+    req: ChatCompletionRequest,
+    mode: Mode,
+    tokenizer: Tokenizer,
+    cancel: threading.Event | None = None,
 ) -> Constraint | None:
-    """The grammar ``req`` needs, or None when its output is free (raises StructuredOutputError)."""
+    """The grammar ``req`` needs, or None when its output is free (raises StructuredOutputError;
+    Cancelled once ``cancel`` is set while its grammar compiles)."""
     choice = req.tool_choice
     tools = {t.function.name: t.function.parameters for t in req.tools or []}
     fmt = req.response_format
@@ -344,6 +404,7 @@ def chat_constraint(
     b = _Builder(compiler.ids)
     if fmt is not None and fmt.type == "json_schema":
         assert fmt.json_schema is not None
+        check_schema(fmt.json_schema.schema_ or {}, "response_format.json_schema.schema")
         body = b.json(fmt.json_schema.schema_ or {})
     elif json_format:
         body = b.json({"type": "object"})
@@ -367,10 +428,20 @@ def chat_constraint(
         parts = [b.close("response")] if forced else [body, b.close("response")]
         if calls is not None:
             parts.append(calls if forced else b.optional(calls))
-    tag = {"type": "structural_tag", "format": b.seq(*parts)}
+    tag = json.dumps({"type": "structural_tag", "format": b.seq(*parts)})
     try:
-        with _lock:  # one compile at a time: the compiler's cache is shared
-            compiled = compiler.compiler.compile_structural_tag(json.dumps(tag))
+        compiled = WORKER.compile(
+            f"{id(compiler)}:{tag}", lambda: compiler.compiler.compile_structural_tag(tag), cancel
+        )
+    except CompileTimeout as exc:
+        what = f"the grammar of {len(tools)} tool(s)" if allow_tools else "the response format"
+        raise StructuredOutputError(
+            f"{'tools' if allow_tools else 'response_format'}: {what} is too large to enforce: "
+            f"{exc}; offer fewer or simpler tools or schemas",
+            param="tools" if allow_tools else "response_format",
+        ) from exc
+    except Cancelled:
+        raise
     except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError and friends
         raise StructuredOutputError(f"cannot enforce the requested structure: {exc}") from exc
     return Constraint(

@@ -400,9 +400,9 @@ class ReferenceBackend(Backend):
         except TokenizerError as exc:
             raise OpenAIError(500, str(exc)) from exc
         try:
-            constraint = chat_constraint(req, rendered.mode, self.tokenizer)
+            constraint = chat_constraint(req, rendered.mode, self.tokenizer, cancel)
         except StructuredOutputError as exc:
-            raise OpenAIError(400, str(exc), param="response_format") from exc
+            raise OpenAIError(400, str(exc), param=exc.param) from exc
         stop_ids = [self.tokenizer.special_id(END_OF_MSG)]
         return _Prompt(ids, stop_ids, rendered, rendered.text, constraint, self.tokenizer)
 
