@@ -86,9 +86,9 @@ def test_up_healthy_openapi_celery_down(stack_env):
 
     status = k3stack("status", "--json", env=env)
     rows = json.loads(status.stdout)["services"]
-    # each service and its workers (the verifier's kernel queue has a worker of its own)
+    # each service and its workers (the verifier's kernel and web queues have workers of their own)
     expected = len(SERVICE_NAMES) + sum(len(worker_groups(s)) for s in SERVICE_NAMES)
-    assert expected == 11
+    assert expected == 12
     assert len(rows) == expected and all(r["alive"] for r in rows)
     assert {r["health"] for r in rows if not r["name"].endswith("worker")} == {"ok"}
 
