@@ -33,6 +33,9 @@ from shared.errors import APIError
 
 log = logging.getLogger("k3stack.tools.canvas")
 PER_PAGE, MAX_PER_PAGE = 10, 100
+MAX_KEY_DEPTH = (
+    32  # ``a[b][c]...``: deeper is a 400, as a deep JSON body is (services/tools/bounds.py)
+)
 _KEY = re.compile(r"^([^\[\]]+)((?:\[[^\[\]]*\])*)$")
 
 
@@ -111,6 +114,8 @@ def _put(out: dict[str, Any], key: str, value: Any) -> None:
     if m is None:
         raise CanvasError(400, f"unreadable parameter name {key!r}")
     parts = [m.group(1), *re.findall(r"\[([^\[\]]*)\]", m.group(2))]
+    if len(parts) > MAX_KEY_DEPTH:
+        raise CanvasError(400, f"parameter {key[:40]!r}... nests more than {MAX_KEY_DEPTH} levels")
     node: Any = out
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
