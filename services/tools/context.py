@@ -97,11 +97,25 @@ def open_world(session: Session, world_id: str, actor: str = "agent") -> Iterato
     )
 
 
+# Query parameters a client may think carry a token; a URL lands in access logs and proxies.
+TOKEN_PARAMS = ("token", "access_token")
+
+
 def presented_world_token(request: Request) -> str | None:
+    """The world token from ``Authorization: Bearer`` (what the official SDKs send) or
+    ``X-World-Token``; one in the query string is refused (400), not read: URLs end up in logs."""
+    named = [p for p in TOKEN_PARAMS if p in request.query_params]
+    if named:
+        raise APIError(
+            400,
+            "token_in_query",
+            f"the world token may not travel in the URL (query parameter {named[0]!r}): URLs "
+            "end up in logs; send 'Authorization: Bearer <world token>' instead",
+        )
     auth = request.headers.get("Authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    return request.headers.get("X-World-Token") or request.query_params.get("token")
+    return request.headers.get("X-World-Token")
 
 
 def world_context(world_id: str, request: Request) -> Iterator[WorldContext]:
