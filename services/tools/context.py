@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.tools.models import ActionRow, WorldRow
-from services.tools.serial import world_route
+from services.tools.serial import lock_world, world_route
 from shared.errors import APIError
 
 
@@ -88,7 +88,9 @@ class WorldContext:
 
 @contextmanager
 def open_world(session: Session, world_id: str, actor: str = "agent") -> Iterator[WorldContext]:
-    """A context over ``world_id`` in an existing session (no token check: trusted callers)."""
+    """A context over ``world_id`` in an existing session (no token check: trusted callers),
+    holding the world's database lock until the session's transaction ends."""
+    lock_world(session, world_id)
     world = session.get(WorldRow, world_id)
     if world is None:
         raise APIError(404, "not_found", f"world {world_id!r} does not exist")
@@ -127,6 +129,7 @@ def world_context(world_id: str, request: Request) -> Iterator[WorldContext]:
         )
     db = request.app.state.db
     with db.session() as session:
+        lock_world(session, world_id)  # other workers and replicas wait for this call's commit
         world = session.get(WorldRow, world_id)
         if world is None:
             raise APIError(404, "not_found", f"world {world_id!r} does not exist")
@@ -150,6 +153,8 @@ def world_context_by_token(request: Request) -> Iterator[WorldContext]:
         world = session.scalar(select(WorldRow).where(WorldRow.token_sha256 == token_digest(token)))
         if world is None:
             raise APIError(401, "unauthorized", "this token opens no world")
+        lock_world(session, world.id)
+        session.refresh(world)  # as the lock holder left it
         ctx = WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
         request.state.world_ctx = ctx
         yield ctx
