@@ -318,6 +318,16 @@ class ToolsSettings(ServiceSettings):
     npc_model_url: str | None = Field(
         None, description="OpenAI-compatible endpoint for model-driven colleagues (NPCs)."
     )
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024,
+        description="Largest request body the tools service reads (413); above every app's "
+        "own limit (Gmail's 35 MB message, base64-encoded).",
+    )  # fmt: skip
+    max_json_depth: int = Field(
+        64, ge=8, le=200,
+        description="Deepest JSON nesting a tools request may carry (deeper: 400 naming it); "
+        "the apps' real payloads (Slack blocks, Notion filters) stay under 10.",
+    )  # fmt: skip
 
 
 class VerifierSettings(ServiceSettings):

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from sqlalchemy import inspect
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.tools.bounds import BodyBounds
 from services.tools.db import app_module, load_apps, set_present_tables, tools_database
 from services.tools.worlds.routes import router as worlds_router
 from shared.app import _HTTP_CODES, _describe_validation
@@ -158,6 +159,28 @@ def allowed_methods(app: FastAPI, path: str) -> set[str]:
     return set().union(*(methods for params, methods in matches if params == fewest))
 
 
+def _default_error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        Error(code=status, error_code=code, message=message).model_dump(), status_code=status
+    )
+
+
+def _refuser(styles: dict[str, ErrorStyle]) -> Callable[[str, int, str], JSONResponse]:
+    """A refusal of a request to ``path`` in its app's error style, with ``status`` kept even
+    where the style would answer otherwise (Slack answers its errors with HTTP 200)."""
+
+    def refuse(path: str, status: int, message: str) -> JSONResponse:
+        m = _APP_PATH.match(path)
+        style = styles.get(m.group(1)) if m else None
+        if style is None:
+            return _default_error(status, _HTTP_CODES.get(status, "error"), message)
+        resp = style(status, message)
+        resp.status_code = status
+        return resp
+
+    return refuse
+
+
 def _install_error_styles(app: FastAPI, styles: dict[str, ErrorStyle]) -> None:
     """Errors on an app's paths (auth, validation, unknown routes) in that app's style."""
 
@@ -165,10 +188,7 @@ def _install_error_styles(app: FastAPI, styles: dict[str, ErrorStyle]) -> None:
         m = _APP_PATH.match(request.url.path)
         return styles.get(m.group(1)) if m else None
 
-    def default(status: int, code: str, message: str) -> JSONResponse:
-        return JSONResponse(
-            Error(code=status, error_code=code, message=message).model_dump(), status_code=status
-        )
+    default = _default_error
 
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
         style = style_for(request)
@@ -259,6 +279,12 @@ def create_app() -> FastAPI:
         description="Mock Gmail, Slack, Notion and Calendar; worlds; scenarios.",
     )
     _install_error_styles(app, styles)
+    app.add_middleware(
+        BodyBounds,
+        max_bytes=settings.tools.max_body_bytes,
+        max_depth=settings.tools.max_json_depth,
+        refuse=_refuser(styles),
+    )
     _document_errors(app, error_models)
     for exc_type, handler in handlers.items():
         app.add_exception_handler(exc_type, handler)

@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.tools.models import ActionRow, WorldRow
-from services.tools.serial import world_route
+from services.tools.serial import lock_world, world_route
 from shared.errors import APIError
 
 
@@ -88,7 +88,9 @@ class WorldContext:
 
 @contextmanager
 def open_world(session: Session, world_id: str, actor: str = "agent") -> Iterator[WorldContext]:
-    """A context over ``world_id`` in an existing session (no token check: trusted callers)."""
+    """A context over ``world_id`` in an existing session (no token check: trusted callers),
+    holding the world's database lock until the session's transaction ends."""
+    lock_world(session, world_id)
     world = session.get(WorldRow, world_id)
     if world is None:
         raise APIError(404, "not_found", f"world {world_id!r} does not exist")
@@ -97,11 +99,25 @@ def open_world(session: Session, world_id: str, actor: str = "agent") -> Iterato
     )
 
 
+# Query parameters a client may think carry a token; a URL lands in access logs and proxies.
+TOKEN_PARAMS = ("token", "access_token")
+
+
 def presented_world_token(request: Request) -> str | None:
+    """The world token from ``Authorization: Bearer`` (what the official SDKs send) or
+    ``X-World-Token``; one in the query string is refused (400), not read: URLs end up in logs."""
+    named = [p for p in TOKEN_PARAMS if p in request.query_params]
+    if named:
+        raise APIError(
+            400,
+            "token_in_query",
+            f"the world token may not travel in the URL (query parameter {named[0]!r}): URLs "
+            "end up in logs; send 'Authorization: Bearer <world token>' instead",
+        )
     auth = request.headers.get("Authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    return request.headers.get("X-World-Token") or request.query_params.get("token")
+    return request.headers.get("X-World-Token")
 
 
 def world_context(world_id: str, request: Request) -> Iterator[WorldContext]:
@@ -113,6 +129,7 @@ def world_context(world_id: str, request: Request) -> Iterator[WorldContext]:
         )
     db = request.app.state.db
     with db.session() as session:
+        lock_world(session, world_id)  # other workers and replicas wait for this call's commit
         world = session.get(WorldRow, world_id)
         if world is None:
             raise APIError(404, "not_found", f"world {world_id!r} does not exist")
@@ -136,6 +153,8 @@ def world_context_by_token(request: Request) -> Iterator[WorldContext]:
         world = session.scalar(select(WorldRow).where(WorldRow.token_sha256 == token_digest(token)))
         if world is None:
             raise APIError(401, "unauthorized", "this token opens no world")
+        lock_world(session, world.id)
+        session.refresh(world)  # as the lock holder left it
         ctx = WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
         request.state.world_ctx = ctx
         yield ctx

@@ -1,33 +1,52 @@
-"""One world, one writer at a time: serialise a world's app calls and retry database conflicts.
+"""One world, one writer at a time: serialise a world's calls, across processes, and retry
+only real database conflicts.
 
-Agents call tools in parallel. Two calls on one world that both read-then-write (the next Slack
-``ts``, the next Notion ``seq``) would otherwise race, and SQLite refuses a deferred transaction
-that read before another one committed ("database is locked", even across worlds). So the
-app routes and the MCP endpoint run each call under a per-world asyncio lock (no thread is held
-while waiting) and re-run it, on a fresh session, when the database reports a conflict.
+Agents call tools in parallel, and a deployed service runs several workers and replicas. Two
+calls on one world that both read-then-write (the next Slack ``ts``, the next Notion ``seq``,
+the world's id counter) would otherwise race. Two locks keep them apart:
+
+- in the database, held by the call's transaction (:func:`lock_world`): on PostgreSQL the
+  world's row is taken ``FOR UPDATE`` when a call opens the world, so a second worker or
+  replica waits for the first to commit; SQLite takes its write lock up front
+  (``BEGIN IMMEDIATE``, ``shared.db``), which serialises every process on the file;
+- in the process, a per-world asyncio lock, so waiting calls queue on the event loop instead
+  of each holding a thread (and a connection) while the database makes them wait.
+
+A call the database still refuses for a transient reason (busy/locked, a serialisation
+failure, a deadlock) is re-run on a fresh session with backoff (tenacity); anything else,
+an ``IntegrityError`` included (with the lock held, a duplicate key is a bug or bad input,
+not a race), surfaces at once.
 
 :func:`world_route` makes the one route class every world-scoped route uses (the management
 routes and each app's, which only differ in how a failure is rendered); the MCP endpoint takes
-the lock directly.
+the locks directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import tenacity
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 ATTEMPTS = 6
 _NO_LOCK = contextlib.nullcontext()
 _LOCKS: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
+
+# SQLSTATEs of transient conflicts: serialization failure, deadlock, lock not available.
+_RETRY_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+_RETRY_MESSAGES = ("database is locked", "database table is locked", "database is busy")
 
 
 def world_lock(world_id: str) -> asyncio.Lock:
@@ -40,20 +59,47 @@ def world_lock(world_id: str) -> asyncio.Lock:
     return lock
 
 
+def lock_world(session: Session, world_id: str) -> None:
+    """Take ``world_id``'s lock in the database for the rest of ``session``'s transaction.
+
+    PostgreSQL: the world's row ``FOR UPDATE`` (another transaction that opens the world
+    waits for this one's commit or rollback, whichever worker or replica it runs in). SQLite
+    needs nothing here: every transaction there begins ``IMMEDIATE``, holding the file's write
+    lock until it ends."""
+    if session.get_bind().dialect.name == "sqlite":
+        return
+    from services.tools.models import WorldRow
+
+    session.execute(select(WorldRow.id).where(WorldRow.id == world_id).with_for_update())
+
+
 def is_conflict(exc: BaseException) -> bool:
-    """A write conflict worth retrying (not a bug in the call)."""
-    if isinstance(exc, IntegrityError):
-        return True  # two writers took the same next id; the retry takes the next one
-    if isinstance(exc, DBAPIError):
-        text = str(exc.orig if exc.orig is not None else exc).lower()
-        return any(
-            s in text for s in ("database is locked", "deadlock", "could not serialize", "busy")
-        )
-    return False
+    """A transient database conflict worth re-running the call for (not a bug in the call)."""
+    if not isinstance(exc, DBAPIError) or exc.orig is None:
+        return False
+    orig = exc.orig
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state in _RETRY_SQLSTATES:
+        return True
+    text = str(orig).lower()
+    return type(orig).__name__ == "OperationalError" and any(m in text for m in _RETRY_MESSAGES)
 
 
-def backoff(attempt: int) -> float:
-    return min(0.5, 0.01 * 2**attempt)
+def retry_policy(rollback: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """tenacity's arguments for the one retry policy: conflicts only, ``ATTEMPTS`` tries,
+    jittered exponential backoff up to 0.5 s, the last error re-raised as it was."""
+
+    def before_sleep(_: tenacity.RetryCallState) -> None:
+        if rollback is not None:
+            rollback()
+
+    return {
+        "retry": tenacity.retry_if_exception(is_conflict),
+        "stop": tenacity.stop_after_attempt(ATTEMPTS),
+        "wait": tenacity.wait_random_exponential(multiplier=0.01, max=0.5),
+        "reraise": True,
+        "before_sleep": before_sleep,
+    }
 
 
 async def run_world_call(
@@ -65,40 +111,46 @@ async def run_world_call(
     ``request.state.world_ctx``.
     """
     world_id = request.path_params.get("world_id")
-    for attempt in range(ATTEMPTS):
-        try:
-            # A route that names no world (the catalogue, an oracle plan, a new world) has
-            # nothing to serialise: sharing one lock made ``GET /scenarios`` wait behind a
-            # plan being computed.
-            async with world_lock(str(world_id)) if world_id else _NO_LOCK:
-                response = await handler(request)
-                ctx = getattr(request.state, "world_ctx", None)
-                if ctx is not None:
-                    end = ctx.session.rollback if read_only else ctx.session.commit
-                    await run_in_threadpool(end)
-            return response
-        except Exception as exc:
-            if attempt == ATTEMPTS - 1 or not is_conflict(exc):
-                raise
+
+    async def attempt() -> Response:
+        # A route that names no world (the catalogue, an oracle plan, a new world) has
+        # nothing to serialise: sharing one lock made ``GET /scenarios`` wait behind a
+        # plan being computed.
+        async with world_lock(str(world_id)) if world_id else _NO_LOCK:
+            response = await handler(request)
             ctx = getattr(request.state, "world_ctx", None)
             if ctx is not None:
-                await run_in_threadpool(ctx.session.rollback)
-                request.state.world_ctx = None
-            await asyncio.sleep(backoff(attempt))
+                end = ctx.session.rollback if read_only else ctx.session.commit
+                await run_in_threadpool(end)
+        return response
+
+    async def forget_session(_: tenacity.RetryCallState) -> None:
+        ctx = getattr(request.state, "world_ctx", None)
+        if ctx is not None:
+            await run_in_threadpool(ctx.session.rollback)
+            request.state.world_ctx = None
+
+    policy = {**retry_policy(), "before_sleep": forget_session}
+    async for retrying in tenacity.AsyncRetrying(**policy):
+        with retrying:
+            return await attempt()
     raise AssertionError("unreachable")
 
 
 def retry_sync(fn: Callable[[], Any], rollback: Callable[[], None]) -> Any:
-    """Run ``fn`` (which commits) again after a database conflict, rolling back in between."""
-    for attempt in range(ATTEMPTS):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt == ATTEMPTS - 1 or not is_conflict(exc):
-                raise
-            rollback()
-            time.sleep(backoff(attempt))
-    raise AssertionError("unreachable")
+    """Run ``fn`` (which commits) again after a database conflict, rolling back in between.
+
+    The first try runs bare: building tenacity's loop costs ~100 µs, and an oracle or a
+    scripted driver makes thousands of calls that almost never conflict."""
+    try:
+        return fn()
+    except Exception as exc:
+        if not is_conflict(exc):
+            raise
+    policy = retry_policy(rollback)
+    rollback()
+    time.sleep(random.uniform(0, 0.01))  # the first wait; tenacity's policy takes the rest
+    return tenacity.Retrying(**{**policy, "stop": tenacity.stop_after_attempt(ATTEMPTS - 1)})(fn)
 
 
 def rollback_world(request: Request) -> None:

@@ -72,3 +72,34 @@ def test_the_platform_client_reads_the_embedded_key(tmp_path, monkeypatch):
     monkeypatch.setenv("K3STACK_TOOLS__API_KEY", "configured-key-0123456789")
     get_settings.cache_clear()
     assert ToolsClient.from_settings().api_key == "configured-key-0123456789"
+
+
+APP_READS = [
+    ("gmail", "GET", "gmail/v1/users/me/profile"),
+    ("slack", "POST", "slack/api/auth.test"),
+    ("calendar", "GET", "calendar/v3/users/me/calendarList"),
+    ("notion", "GET", "notion/v1/users/me"),
+    ("canvas", "GET", "canvas/api/v1/courses"),
+    ("mcp", "POST", "mcp"),
+]
+
+
+@pytest.mark.parametrize(("app", "method", "path"), APP_READS, ids=[a[0] for a in APP_READS])
+def test_a_world_token_in_the_query_string_is_refused_not_read(
+    hr_world, agent_client, app, method, path
+):
+    """A token in the URL lands in access logs: refused with a 400 that says to use the
+    header, even beside a valid header; the header alone still opens the world."""
+    w = hr_world
+    url = f"/worlds/{w.id}/{path}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"} if app == "mcp" else None
+    notion = {"Notion-Version": "2022-06-28"} if app == "notion" else {}
+    for param in ("token", "access_token"):
+        for headers in ({}, w.auth):
+            resp = agent_client.request(
+                method, url, params={param: w.token}, headers={**headers, **notion}, json=body
+            )
+            assert resp.status_code == 400, (app, param, resp.status_code, resp.text)
+            assert "Authorization: Bearer" in resp.text and w.token not in resp.text
+    resp = agent_client.request(method, url, headers={**w.auth, **notion}, json=body)
+    assert resp.status_code == 200, (app, resp.text[:300])

@@ -55,7 +55,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def gmail(server: str):  # type: ignore[no-untyped-def]
     world = httpx.post(
-        f"{server}/worlds", json={"scenario": "empty", "seed": 0}, headers=ADMIN
+        f"{server}/worlds",
+        json={"scenario": "empty", "seed": 0},
+        headers=ADMIN,
+        timeout=60,  # as apps_conftest.create_world: a loaded runner outgrew httpx's 5 s
     ).json()
     return build(
         "gmail",
@@ -188,12 +191,13 @@ def test_media_upload_route(server: str) -> None:
     """The SDK sends media uploads to ``/upload/gmail/v1/...`` at the host root and keeps the
     discovery document's https scheme (it swaps only the host), so against a plain-http mock
     it needs TLS in front; the route it targets is exercised here directly."""
-    world = httpx.post(f"{server}/worlds", json={}, headers=ADMIN).json()
+    world = httpx.post(f"{server}/worlds", json={}, headers=ADMIN, timeout=60).json()
     raw = b"To: d@x.test\r\nSubject: uploaded\r\n\r\nvia media upload\r\n"
     resp = httpx.post(
         f"{server}/upload/gmail/v1/users/me/messages/send?uploadType=media",
         content=raw,
         headers={"Authorization": f"Bearer {world['token']}", "Content-Type": "message/rfc822"},
+        timeout=60,
     )
     assert resp.status_code == 200 and resp.json()["labelIds"] == ["SENT"]
     media = MediaIoBaseUpload(io.BytesIO(raw), mimetype="message/rfc822")

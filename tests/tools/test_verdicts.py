@@ -223,7 +223,31 @@ CONDITIONS = [
     ("Approved; TRV-2123 needs no further sign-off.", A),
     ("No: TRV-2123 runs past the cap.", D),
 ]
+# issue 40's class of misreads, in other words: a verdict as a bare noun in a status line, a
+# verdict withheld, a wish or a liking then a refusal (modality), idioms of both verdicts, and
+# a hold until something happens (pending, not a decline)
+IDIOMS_AND_MODALITY = [
+    ("Status: a refusal — TRV-2123 runs past the cap.", D),
+    ("Decision on TRV-2123: a firm no.", D),
+    ("TRV-2123: sign-off withheld.", D),
+    ("I'm withholding my approval of TRV-2123 for now.", D),
+    ("I really wish I could sign off on TRV-2123, but I can't.", D),
+    ("I'd have loved to approve TRV-2123.", D),
+    ("I'd love to say yes to TRV-2123, but it isn't within policy.", D),
+    ("I'm going to have to pass on TRV-2123.", D),
+    ("No objection from finance on TRV-2123.", A),
+    ("TRV-2123: LGTM.", A),
+    ("Go for it, TRV-2123 is within the allowance.", A),
+    ("Fine by me, book TRV-2123.", A),
+    ("A yes from me on TRV-2123.", A),
+    ("We can't move forward with TRV-2123 until legal signs off.", NONE),
+    ("I can't approve TRV-2123 until the receipts arrive.", NONE),
+    ("Please pass TRV-2123 on to finance.", NONE),
+    ("We will pass the cost on to the client.", NONE),
+    ("I'd be glad to walk you through the form.", NONE),
+]
 GROUPS = {
+    "idioms_and_modality": IDIOMS_AND_MODALITY,
     "conditions": CONDITIONS,
     "pending": PENDING,
     "give_and_go": GIVE_AND_GO,

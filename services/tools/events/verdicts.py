@@ -29,12 +29,20 @@ _PHRASES = [
         r"|ok(?:ay)?'d|okayed|(?:is|are|looks?|seems?) (?:ok(?:ay)?|fine|acceptable|good)"
         r"|good to go|fine to proceed|proceed(?:ing)?|cleared"
         r"|sign(?:ed|ing)? [\w-]+ off|(?:it|this|[a-z]+-\d+) (?:can|may|will) go through"
-        r"|(?:is|'s|gets?) a (?:\w+ (?:and \w+ )?)?yes|answer is yes|(?:is|'s) a go\b(?!-)",
+        r"|(?:is|'s|gets?) a (?:\w+ (?:and \w+ )?)?yes|answer is yes|(?:is|'s) a go\b(?!-)"
+        # idioms: "LGTM", "go for it", "no objection from me", "fine by me"
+        r"|lgtm|go for it|ship it|no objections?(?! (?:to (?:declin|reject|refus|turn)))"
+        r"|(?:ok(?:ay)?|fine|good) (?:by|with) me",
     ),
     (
         "decline",
         r"declin(?:e|ed|es|ing)|reject(?:ed|s|ing|ion)?|den(?:y|ied|ies|ying)|denial"
-        r"|refus(?:e|ed|ing)|turn(?:ed|ing|s)? (?:[\w-]+ ){0,2}?down|veto(?:ed)?"
+        r"|refus(?:e|ed|ing|al)|turn(?:ed|ing|s)? (?:[\w-]+ ){0,2}?down|veto(?:ed)?"
+        r"|withh[oe]ld(?:s|ing)?|no[- ]go"
+        # "I have to pass on this one", "I'll pass", "a hard pass" (not "pass it on to Sam")
+        r"|pass(?:ing)? on (?:this|that|it|the request|[a-z]+-\d+)(?! (?:to|along|for)\b)"
+        r"|(?:'ll|will|have to|must|going to|'d rather|hard|firm|polite) pass"
+        r"(?=$| for now| this time| on (?:this|that|it|the request|[a-z]+-\d+))"
         r"|(?:is|'s|gets?) a (?:\w+ (?:and \w+ )?)?no|answer is no"
         r"|(?:it|this|[a-z]+-\d+) (?:cannot|can't|won't|will not|may not) go through",
     ),
@@ -148,6 +156,11 @@ _PENDING = re.compile(
     + rf"|(?:needs?|needed|requires?|required) no (?:further |additional |extra )?{_AWAITED}"
     + rf"|no (?:further |additional |extra )?{_AWAITED}(?: is| was)?"
     r" (?:needed|required|necessary)"
+    # held until something happens: "we cannot proceed until legal signs off" (pending, not
+    # a decline; the rest of the clause is what is awaited)
+    r"|(?:cannot|can't|won't|will not|unable to|can not|couldn't|shouldn't|should not|mustn't"
+    r"|must not)(?: [\w'-]+){0,3}? (?:proceed|go ahead|move forward|continue|approve|process"
+    r"|sign (?:it |this |[a-z]+-\d+ )?off)\b.*?\b(?:until|till|pending)\b.*"
     # what has to happen first: "... confirm before we can proceed"
     r"|before (?:we|i|you|they|it|this|[a-z]+-\d+) (?:can |could |may )?"
     r"(?:proceed|go ahead|move forward|approve|sign (?:it |this )?off)"
@@ -155,11 +168,13 @@ _PENDING = re.compile(
 )
 _NEGATOR = re.compile(
     r"\b(?:not|no|never|nor|cannot|can't|won't|wouldn't|shouldn't|don't|doesn't|didn't|isn't"
-    r"|aren't|wasn't|unable|unlikely|hardly|without|against|no longer|afraid not)\b|n't\b"
+    r"|aren't|wasn't|unable|unlikely|hardly|without|against|no longer|afraid not"
+    r"|withh[oe]ld(?:s|ing)?)\b|n't\b"
 )
 _AFTER_DENIAL = re.compile(
-    r"^\W*(?:\w+\W+){0,4}?(?:is|are|was|will be|would be|can be)?\W*"
-    r"(?:not|n't|never|impossible|out of the question|off the table|not possible)\b"
+    r"^\W*(?:\w+\W+){0,4}?(?:is|are|was|will be|would be|can be|has been|have been)?\W*"
+    r"(?:not|n't|never|impossible|out of the question|off the table|not possible"
+    r"|withheld|denied|refused|rejected|declined)\b"
 )
 _REASON = re.compile(r"reasons?|grounds|why")
 _CONDITIONAL = re.compile(r"^(?:if|unless|had|were|once|until|should|in case|whether)\b")
@@ -181,6 +196,20 @@ _ASK = re.compile(
     r"|\bplease (?:send|share|clarify|provide|forward|attach|resend)\b"
     r"|\b(?:need|require) (?:more|further|additional|some more) (?:info|information|details"
     r"|context)\b|\bbefore i (?:can )?(?:decide|approve|sign off)\b"
+)
+# Modality that says the verdict is not given: a wish ("I wish I could approve this"), or a
+# liking followed by a refusal ("I'd love to say yes, but I can't").
+_WISH = re.compile(
+    r"\b(?:wish(?:es|ed)? (?:i|we|they) (?:could|were able to|was able to|had)|if only (?:i|we)"
+    r" could|(?:would|'d) have (?:liked|loved|been happy) to)\b"
+)
+_WOULD_LIKE = re.compile(r"\b(?:would|'d) (?:really )?(?:love|like|be (?:happy|glad)) to\b")
+_BUT = re.compile(r"\b(?:but|however|unfortunately|sadly)\b")
+# A clause that is a verdict as a bare noun phrase: the status line's "Decision: a firm no",
+# "Status: a no on LV-3011", "a yes from me".
+_BARE = re.compile(
+    r"^(?:(?:it's|that's|it is|that is) )?an? (?:\w+ (?:and \w+ )?)?(?P<word>no|yes)\b(?!-)"
+    r"(?: (?:on|for|from)\b.*)?$"
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 # A mail's subject line ("Re: sign-off needed for EXP-1234"): context, never a decision.
@@ -260,6 +289,18 @@ def _clause_verdicts(clause: str) -> set[str]:
     return out
 
 
+def _not_given(clause: str, sentence: str) -> bool:
+    """``clause`` wishes for its verdict, or would like to give it and the sentence then
+    refuses ("…, but I can't")."""
+    if _WISH.search(clause):
+        return True
+    if not _WOULD_LIKE.search(clause):
+        return False
+    rest = sentence[sentence.find(clause) + len(clause) :]
+    turn = _BUT.search(rest)
+    return turn is not None and bool(_NEGATOR.search(rest[turn.start() :]))
+
+
 def verdicts(text: str) -> set[str]:
     """The verdicts ``text`` expresses (a subset of :data:`VERDICTS`)."""
     low = _normal(text)
@@ -287,7 +328,13 @@ def verdicts(text: str) -> set[str]:
             supposing = False
             if _ASK.search(clause):
                 continue
-            found |= _clause_verdicts(clause)
+            said = _clause_verdicts(clause)
+            bare = _BARE.match(clause)
+            if not said and bare:
+                said = {"approve" if bare["word"] == "yes" else "decline"}
+            if said and _not_given(clause, sentence):
+                said = {_FLIP.get(v, v) for v in said}
+            found |= said
         if not found:
             sentence = _GREETING.sub("", sentence)  # "Hi Ana, no on LV-3011: ..."
             if _NO.match(sentence) and not _PENDING.match(sentence):  # "no approval needed"

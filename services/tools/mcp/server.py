@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from services.tools.context import WorldContext, open_world
 from services.tools.mcp.registry import Tool, tools_for
-from services.tools.serial import retry_sync, world_lock
+from services.tools.serial import lock_world, retry_sync, world_lock
 
 log = logging.getLogger("k3stack.tools.mcp")
 # The SDK logs each stateless request's start and end at INFO; one line per tool call is noise.
@@ -72,6 +72,7 @@ def call_tool(ctx: WorldContext, tool: Tool, arguments: Any) -> dict[str, Any]:
         )
 
     def attempt() -> Any:
+        lock_world(ctx.session, ctx.world_id)  # again after a retry's rollback released it
         out = tool.handler(ctx, args)
         if tool.read_only:
             ctx.session.rollback()  # a read never changes the world, by construction

@@ -21,6 +21,7 @@ from services.tools.events import engine
 from services.tools.events.marks import mark_all
 from services.tools.models import SnapshotRow, WorldRow
 from services.tools.scenarios import get_scenario
+from services.tools.serial import lock_world
 from services.tools.worlds import store
 from shared.errors import APIError, not_found
 from shared.objectstore import ObjectStore
@@ -39,6 +40,9 @@ def new_token() -> str:
 
 
 def get_world(session: Session, world_id: str) -> WorldRow:
+    """The world's row, its database lock held for the rest of the transaction
+    (:func:`services.tools.serial.lock_world`)."""
+    lock_world(session, world_id)
     world = session.get(WorldRow, world_id)
     if world is None:
         raise not_found("world", world_id)

@@ -7,6 +7,8 @@ the same whatever order the world's ids came in.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Any
 
 from services.tools.context import WorldContext, _aware
@@ -76,15 +78,27 @@ def assignment(ctx: WorldContext, args: dict[str, Any], env: EffectEnv) -> None:
 
 @effect("canvas.submission")
 def submission(ctx: WorldContext, args: dict[str, Any], env: EffectEnv) -> None:
-    """A student hands in work (for a TA to grade); ``late: true`` marks it late."""
+    """A student hands in work (for a TA to grade), at ``submitted_at`` (ISO 8601, before the
+    world's clock: work handed in before the scenario starts; default now). Late or not
+    follows from the assignment's ``due_at``, as in Canvas; ``late: true`` is refused unless
+    the times make it so (a late submission with no deadline is what the seeds had)."""
     c = course_by_code(ctx, args["course"])
     a = assignment_by_name(ctx, c, args["assignment"])
     actions, coursework, _ = _m()
     sub = coursework.submit(
         ctx, c.id, a.id, "online_text_entry", body=args["body"], user_id=_user(ctx, args["student"])
     )
-    if args.get("late"):  # handed in after a deadline that predates the scenario's clock
-        actions._touch(actions._get(ctx, "submission", sub["id"]), late=True)
+    row = actions._get(ctx, "submission", sub["id"])
+    if args.get("submitted_at"):
+        at = actions.parse_time(args["submitted_at"], "submitted_at")
+        due = a.data.get("due_at")
+        late = due is not None and _when(at) > _when(due)
+        actions._touch(row, submitted_at=at, late=late)
+    if args.get("late") and not row.data.get("late"):
+        raise ValueError(
+            f"canvas.submission: {args['assignment']!r} is marked late but its times are not "
+            "(give the assignment a due_at and the submission a later submitted_at)"
+        )
 
 
 @effect("canvas.announcement")
@@ -134,6 +148,26 @@ def _count(found: list[Any], args: dict[str, Any]) -> bool:
 def _contains(text: str, wanted: Any) -> bool:
     low = (text or "").lower()
     return all(w in low for w in lower_all(wanted))
+
+
+def _when(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def _says(text: str, phrase: str) -> bool:
+    """``phrase`` as words of ``text``, not a piece of one: "late" is not in "calculated",
+    "10%" is not in "110%", "16.2" is not in "16.25"; its spaces match any run of spaces."""
+    words = r"\s+".join(re.escape(w) for w in phrase.lower().split())
+    return re.search(rf"(?<![\w.%]){words}(?![\w%]|\.\d)", (text or "").lower()) is not None
+
+
+def _explains(text: str, args: dict[str, Any]) -> bool:
+    """Every ``says`` phrase as words of ``text`` and, with ``says_any``, at least one of
+    those (a penalty's figure or its rule: "10%", "16.2", "penalty")."""
+    if not all(_says(text, w) for w in args.get("says") or []):
+        return False
+    either = args.get("says_any") or []
+    return not either or any(_says(text, w) for w in either)
 
 
 @predicate("canvas.submitted")
@@ -199,7 +233,8 @@ def announced(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
 @predicate("canvas.messaged")
 def messaged(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
     """Inbox messages the agent wrote that reached every ``to`` email (and, with ``only_to``,
-    nobody else) holding every ``text_contains``, between ``min_count`` and ``max_count``."""
+    nobody else) holding every ``text_contains`` (substrings) and what ``says`` / ``says_any``
+    ask for (whole words, see :func:`_explains`), between ``min_count`` and ``max_count``."""
     actions, _, _ = _m()
     me = actions.agent_id(ctx)
     wanted = set(lower_all(args.get("to")))
@@ -210,7 +245,10 @@ def messaged(ctx: WorldContext, args: dict[str, Any]) -> Outcome:
         if not wanted <= emails or (args.get("only_to") and emails != wanted):
             continue
         for msg in row.data["messages"]:
-            if msg["author_id"] == me and _contains(msg["body"], args.get("text_contains")):
+            body = msg["body"]
+            if msg["author_id"] == me and _contains(body, args.get("text_contains")):
+                if not _explains(body, args):
+                    continue
                 found.append(f"{row.id}:{msg['id']}")
     return Outcome(_count(found, args), {"matching": found[:10]})
 

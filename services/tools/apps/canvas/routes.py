@@ -11,218 +11,26 @@ answers 401 with ``WWW-Authenticate`` (what makes ``canvasapi`` raise ``InvalidA
 
 from __future__ import annotations
 
-import json
-import logging
-import re
-from typing import Annotated, Any
-from urllib.parse import parse_qsl
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
-from starlette.exceptions import HTTPException
 
 from services.tools.apps.canvas import actions as A
 from services.tools.apps.canvas import comms as C
 from services.tools.apps.canvas import coursework as W
-from services.tools.apps.canvas.actions import CanvasError
-from services.tools.context import WorldCtx, json_body_doc, rejects
-from services.tools.serial import is_http_read, world_route
-from shared.errors import APIError
-
-log = logging.getLogger("k3stack.tools.canvas")
-PER_PAGE, MAX_PER_PAGE = 10, 100
-_KEY = re.compile(r"^([^\[\]]+)((?:\[[^\[\]]*\])*)$")
-
-
-class CanvasErrorMessage(BaseModel):
-    message: str
-
-
-class CanvasErrorBody(BaseModel):
-    """Canvas's error body, documented in OpenAPI for every Canvas route."""
-
-    errors: list[CanvasErrorMessage]
-
-
-ERROR_MODEL = CanvasErrorBody
-
-
-def _render_error(err: CanvasError) -> JSONResponse:
-    headers = (
-        {"WWW-Authenticate": 'Bearer realm="canvas-lms"'}
-        if err.status == 401 and ("access token" in err.message)
-        else None
-    )
-    return JSONResponse(err.body(), status_code=err.status, headers=headers)
-
-
-def to_canvas_error(exc: Exception) -> CanvasError:
-    if isinstance(exc, CanvasError):
-        return exc
-    if isinstance(exc, APIError):
-        if exc.status in (401, 403):
-            return CanvasError(401, f"Invalid access token. ({exc.message})")
-        return CanvasError(exc.status, exc.message)
-    if isinstance(exc, RequestValidationError):
-        parts = [
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'is invalid')}"
-            for e in exc.errors()[:3]
-        ]
-        return CanvasError(400, "; ".join(parts))
-    if isinstance(exc, HTTPException):
-        return CanvasError(exc.status_code, str(exc.detail))
-    log.exception("unexpected error on a Canvas route")
-    return CanvasError(500, "An unexpected error occurred.")
-
-
-def render(exc: Exception) -> JSONResponse:
-    return _render_error(to_canvas_error(exc))
-
-
-def error_response(status: int, message: str) -> JSONResponse:
-    """Canvas's style for failures the tools app catches outside these routes."""
-    if status in (401, 403):
-        return _render_error(CanvasError(401, f"Invalid access token. ({message})"))
-    if status == 404:
-        message = f"The specified resource does not exist. ({message})"
-    return _render_error(CanvasError(status, message))
-
-
-def _reads(request: Request) -> bool:
-    """GETs only read, except opening a conversation, which marks it read (as Canvas does)."""
-    return is_http_read(request) and not re.search(r"/conversations/[^/]+$", request.url.path)
-
-
-router = APIRouter(
-    prefix="/worlds/{world_id}/canvas/api/v1",
-    tags=["canvas"],
-    route_class=world_route(render, reads=_reads),
+from services.tools.apps.canvas.args import Params, paged
+from services.tools.apps.canvas.errors import (  # noqa: F401 - found by the tools app
+    ERROR_MODEL,
+    PREFIX,
+    CanvasRoute,
+    error_response,
+    render,
 )
+from services.tools.apps.canvas.extra_routes import extra_router
+from services.tools.context import WorldCtx, json_body_doc, rejects
 
-
-# -- arguments ---------------------------------------------------------------------------------
-
-
-def _put(out: dict[str, Any], key: str, value: Any) -> None:
-    """Store ``a[b][]=v`` as ``{"a": {"b": [v]}}`` (Rails' parameter nesting)."""
-    m = _KEY.match(key)
-    if m is None:
-        raise CanvasError(400, f"unreadable parameter name {key!r}")
-    parts = [m.group(1), *re.findall(r"\[([^\[\]]*)\]", m.group(2))]
-    node: Any = out
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        nxt_is_list = not last and parts[i + 1] == ""
-        if part == "":
-            if not isinstance(node, list):
-                raise CanvasError(400, f"parameter {key!r} mixes a list and an object")
-            if last:
-                node.append(value)
-                return
-            raise CanvasError(400, f"parameter {key!r}: nesting under [] is not supported")
-        if not isinstance(node, dict):
-            raise CanvasError(400, f"parameter {key!r} mixes a list and an object")
-        if last:
-            node[part] = value
-        else:
-            node = node.setdefault(part, [] if nxt_is_list else {})
-
-
-class Args:
-    """A call's arguments, merged from the query string and the body."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.values = values
-
-    def get(self, *path: str, default: Any = None) -> Any:
-        node: Any = self.values
-        for p in path:
-            if not isinstance(node, dict) or p not in node:
-                return default
-            node = node[p]
-        return node
-
-    def text(self, *path: str, required: bool = False) -> str | None:
-        value = self.get(*path)
-        if value is None and required:
-            raise CanvasError(400, f"{'['.join(path)}{']' * (len(path) - 1)} is required")
-        if value is not None and not isinstance(value, str | int | float):
-            raise CanvasError(400, f"{path[-1]} must be a string")
-        return None if value is None else str(value)
-
-    def strings(self, *path: str) -> list[str]:
-        value = self.get(*path)
-        if value is None:
-            return []
-        items = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, str | int) for v in items):
-            raise CanvasError(400, f"{path[-1]} must be a list of strings")
-        return [str(v) for v in items]
-
-    def flag(self, *path: str) -> bool:
-        value = self.get(*path)
-        return value is True or str(value).lower() in ("1", "true", "yes", "on")
-
-    def number(self, *path: str, default: float) -> float:
-        value = self.get(*path)
-        if value in (None, ""):
-            return default
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise CanvasError(400, f"{path[-1]} must be a number") from None
-
-
-async def canvas_args(request: Request) -> Args:
-    values: dict[str, Any] = {}
-    for key, value in request.query_params.multi_items():
-        _put(values, key, value)
-    raw = await request.body()
-    if raw.strip():
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype == "application/json":
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                raise CanvasError(400, "the body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise CanvasError(400, "the JSON body must be an object")
-            values.update(body)
-        elif ctype in ("application/x-www-form-urlencoded", ""):
-            for key, value in parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True):
-                _put(values, key, value)
-        else:
-            raise CanvasError(415, f"unsupported content type {ctype!r}: send form or JSON")
-    return Args(values)
-
-
-Params = Annotated[Args, Depends(canvas_args)]
-
-
-def paged(request: Request, args: Args, items: list[dict[str, Any]]) -> JSONResponse:
-    """One page of ``items`` with Canvas's ``Link`` header."""
-    try:
-        page = int(args.get("page", default=1))
-        per_page = int(args.get("per_page", default=PER_PAGE))
-    except (TypeError, ValueError):
-        raise CanvasError(400, "page and per_page must be integers") from None
-    if page < 1 or per_page < 1:
-        raise CanvasError(400, "page and per_page must be at least 1")
-    per_page = min(per_page, MAX_PER_PAGE)
-    last = max(1, -(-len(items) // per_page))
-    links = {"current": page, "first": 1, "last": last}
-    if page < last:
-        links["next"] = page + 1
-    if page > 1:
-        links["prev"] = page - 1
-    header = ",".join(
-        f'<{request.url.include_query_params(page=n, per_page=per_page)}>; rel="{rel}"'
-        for rel, n in links.items()
-    )
-    body = items[(page - 1) * per_page : page * per_page]
-    return JSONResponse(body, headers={"Link": header})
+router = APIRouter(prefix=PREFIX, tags=["canvas"], route_class=CanvasRoute)
 
 
 # -- users and courses -------------------------------------------------------------------------
@@ -513,3 +321,7 @@ def create_calendar_event(ctx: WorldCtx, args: Params) -> dict[str, Any]:
         description=args.text("calendar_event", "description") or "",
         location_name=args.text("calendar_event", "location_name") or "",
     )
+
+
+# The calls beyond these (assignment.edit, bulk grading, groups, users by id, ...).
+routers = [router, extra_router]

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.tools.apps.gmail import actions as gm
 from services.tools.apps.gmail import mime
 from services.tools.apps.gmail.actions import GmailError
+from services.tools.bounds import BodyTooDeep, check_json_text, json_depth_limit
 from services.tools.context import WorldContext, WorldCtx, WorldCtxByToken, WorldRoute, rejects
 
 PREFIX = "/worlds/{world_id}/gmail/v1/users/{userId}"
@@ -552,7 +553,11 @@ async def _read_upload(request: Request) -> tuple[dict[str, Any], bytes | None]:
         if not isinstance(parts, list) or len(parts) < 1:
             raise GmailError(400, "Invalid multipart upload")
         try:
-            meta = json.loads(parts[0].get_payload(decode=True) or b"{}")
+            head_json = parts[0].get_payload(decode=True) or b"{}"
+            check_json_text(head_json, json_depth_limit(request), "the upload's JSON metadata")
+            meta = json.loads(head_json)
+        except BodyTooDeep as exc:
+            raise GmailError(400, str(exc)) from None
         except ValueError:
             raise GmailError(400, "Invalid JSON metadata in multipart upload") from None
         raw = parts[1].get_payload(decode=True) if len(parts) > 1 else None

@@ -45,6 +45,10 @@ def to_slack_error(exc: Exception) -> SlackError:
     """Map any exception raised on a Slack route to the error Slack would answer with."""
     if isinstance(exc, SlackError):
         return exc
+    if isinstance(exc, APIError) and exc.error_code == "token_in_query":
+        # Slack refuses tokens in the query string (since 2021); a 4xx, so no client takes
+        # the refusal for an answer.
+        return SlackError("invalid_auth", exc.message, status=400)
     if isinstance(exc, APIError):
         return SlackError(_AUTH_ERRORS.get(exc.status, "invalid_arguments"), exc.message)
     if isinstance(exc, RequestValidationError):

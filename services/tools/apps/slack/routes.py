@@ -22,6 +22,7 @@ from starlette.datastructures import UploadFile
 from services.tools.apps.slack import actions as A
 from services.tools.apps.slack import search
 from services.tools.apps.slack.errors import SlackError, SlackRoute
+from services.tools.bounds import DEFAULT_DEPTH, BodyTooDeep, check_json_text, json_depth_limit
 from services.tools.context import WorldContext, WorldCtx, open_world
 
 router = APIRouter(prefix="/worlds/{world_id}/slack", tags=["slack"], route_class=SlackRoute)
@@ -61,9 +62,12 @@ def error_response(status: int, message: str) -> JSONResponse:
 class Params:
     """A Slack call's arguments, merged from the query string and the body, with typed getters."""
 
-    def __init__(self, values: dict[str, Any], files: dict[str, bytes]) -> None:
+    def __init__(
+        self, values: dict[str, Any], files: dict[str, bytes], max_depth: int = DEFAULT_DEPTH
+    ) -> None:
         self.values = values
         self.files = files
+        self.max_depth = max_depth
 
     def str(self, name: str, default: str | None = None) -> str | None:
         value = self.values.get(name)
@@ -102,6 +106,11 @@ class Params:
             return None
         if isinstance(value, str):
             try:
+                # A field the service's body check did not see (multipart, query string).
+                check_json_text(value, self.max_depth, f"argument {name!r}")
+            except BodyTooDeep as exc:
+                raise SlackError("invalid_arguments", str(exc)) from None
+            try:
                 return json.loads(value)
             except ValueError:
                 raise SlackError("invalid_arguments", f"{name} must be JSON") from None
@@ -135,7 +144,7 @@ async def slack_params(request: Request) -> Params:
                     values.setdefault("filename", value.filename or "")
                 else:
                     values[key] = value
-    return Params(values, files)
+    return Params(values, files, json_depth_limit(request))
 
 
 SlackParams = Annotated[Params, Depends(slack_params)]

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from services.tools.scenarios.dsl import Scene
@@ -205,11 +206,23 @@ def grading(scene: Scene, i: int) -> None:
     hw = f"Lab report {i + 1}"
     raw_a, raw_b = g.integer(12, 20), g.integer(12, 20)
     late_b = round(raw_b * 0.9, 2)
+    # The deadline passed a day before the scenario starts: Amy handed in before it, Ben after
+    # (Canvas shows his late because of the times, as a real one would).
+    due = scene.start - timedelta(days=1)
     scene.canvas += [
-        Effect(op="canvas.assignment", args={"course": code, "name": hw, "points": 20}),
+        Effect(
+            op="canvas.assignment",
+            args={"course": code, "name": hw, "points": 20, "due_at": due.isoformat()},
+        ),
         Effect(
             op="canvas.submission",
-            args={"course": code, "assignment": hw, "student": amy.email, "body": "report"},
+            args={
+                "course": code,
+                "assignment": hw,
+                "student": amy.email,
+                "body": "report",
+                "submitted_at": (due - timedelta(hours=6)).isoformat(),
+            },
         ),
         Effect(
             op="canvas.submission",
@@ -218,7 +231,7 @@ def grading(scene: Scene, i: int) -> None:
                 "assignment": hw,
                 "student": ben.email,
                 "body": "report",
-                "late": True,
+                "submitted_at": (due + timedelta(hours=9)).isoformat(),
             },
         ),
     ]
@@ -305,7 +318,18 @@ def grading(scene: Scene, i: int) -> None:
                 f"explained the late penalty to {ben.name} alone",
                 to=[ben.email],
                 only_to=True,
-                text_contains=["late"],
+                # the word "late" (not a substring: "calculated" held it) and the penalty's
+                # figure or rule: 10%, the grade it gives, or "penalty" / "deduction" by name
+                says=["late"],
+                says_any=[
+                    "10%",
+                    "10 percent",
+                    "ten percent",
+                    f"{late_b:g}",
+                    "penalty",
+                    "deduction",
+                    "deducted",
+                ],
             ),
             scene.check(
                 "canvas.graded",
