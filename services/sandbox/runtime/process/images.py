@@ -34,9 +34,11 @@ _SKIP_ETC = {"shadow", "shadow-", "gshadow", "gshadow-", "ssh", "ssl/private", "
 class ImagesMixin(Runtime):
     """Host image, template images (:meth:`build_image`)."""
 
+    guest_uid: int
+
     def _skeleton(self) -> Path:
         """The host image's root: empty top-level dirs, merged-/usr links, a copy of /etc."""
-        skel = self.images_dir / "_host" / "root"
+        skel = self.images_dir / "_host" / f"root-{self.guest_uid}"
         if (skel / ".k3s-ready").exists():
             return skel
         with self._lock:
@@ -82,6 +84,9 @@ class ImagesMixin(Runtime):
             )
             (tmp / "etc" / "hostname").write_text("sandbox\n")
             (tmp / "etc" / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
+            for dirpath, dirnames, filenames in os.walk(tmp):  # the guest's root owns its tree
+                for name in [*dirnames, *filenames, ""]:
+                    os.lchown(os.path.join(dirpath, name), self.guest_uid, self.guest_uid)
             (tmp / ".k3s-ready").write_text("1\n")
             if skel.exists():
                 shutil.rmtree(skel)

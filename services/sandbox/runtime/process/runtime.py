@@ -47,13 +47,17 @@ from services.sandbox.runtime.base import (
 from services.sandbox.runtime.portforward import PortForwarder
 from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.checkpoints import CheckpointsMixin
+from services.sandbox.runtime.process.confine import child_confiner
 from services.sandbox.runtime.process.execs import ExecMixin
 from services.sandbox.runtime.process.files import FilesMixin
 from services.sandbox.runtime.process.images import ImagesMixin
 from services.sandbox.runtime.process.launch import LaunchMixin
+from services.sandbox.runtime.process.owner import GuestOwnerMixin
 
 
-class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, FilesMixin, Runtime):
+class ProcessRuntime(
+    LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, GuestOwnerMixin, FilesMixin, Runtime
+):
     """bubblewrap + overlayfs sandboxes under ``root`` (images there; sandboxes in workdirs)."""
 
     name = "process"
@@ -61,9 +65,13 @@ class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, File
 
     def __init__(
         self, root: Path, bwrap: str | None = None, pids_max: int = 1024,
-        ro_binds: tuple[Path, ...] = (),
+        ro_binds: tuple[Path, ...] = (), guest_uid: int = 100000,
     ) -> None:  # fmt: skip
+        if guest_uid <= 0:
+            raise ValueError("the process runtime's guest uid must not be root")
         self.root = Path(root)
+        self.guest_uid = guest_uid
+        self._confiner = child_confiner()
         self.ro_binds = tuple(Path(p) for p in ro_binds)
         self._egress: dict[str, list[PortForwarder]] = {}
         self._cgroups = CommandCgroups(pids_max)
