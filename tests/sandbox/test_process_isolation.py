@@ -141,3 +141,21 @@ def test_the_filter_builds_for_each_machine_and_binds_a_host_child():
     )  # fmt: skip
     assert "NoNewPrivs:\t1" in r.stdout and "Seccomp:\t2" in r.stdout, r
     assert r.returncode != 0 and "Operation not permitted" in r.stderr, r
+
+
+def test_only_the_usr_folders_a_sandbox_needs_show(proc):
+    """The host's /usr/local (its own installs) stays out; the sandbox's /usr/local is empty
+    and its own to install into; /usr/bin still serves."""
+    probe = Path("/usr/local/share") / f"k3s-host-only-{secrets.token_hex(4)}"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text("host only\n")
+    try:
+        c = proc.client
+        sid = create(c)
+        out = sh(c, sid, f"cat {probe}; ls -A /usr/local /usr/src 2>&1")
+        assert "host only" not in out["stdout"] and probe.name not in out["stdout"], out
+        out = sh(c, sid, "mkdir -p /usr/local/bin && echo 'echo mine' > /usr/local/bin/t && "
+                         "sh /usr/local/bin/t && python3 -c 'print(2 + 2)'")  # fmt: skip
+        assert out["stdout"] == "mine\n4\n", out
+    finally:
+        probe.unlink()
