@@ -306,6 +306,18 @@ class SandboxSettings(ServiceSettings):
         description="Host folders every process-runtime sandbox sees read-only at the same path "
         "(those that exist); the default is where scripts/setup_agents.sh puts the agent CLIs.",
     )
+    process_guest_uid: int = Field(
+        100000, ge=1, le=(1 << 31) - 2,
+        description="Unprivileged host uid (and gid) a process-runtime sandbox runs as: its "
+        "root inside the sandbox's user namespace is this uid on the host, never root. Choose "
+        "one no host account uses.",
+    )  # fmt: skip
+    process_usr_dirs: list[str] = Field(
+        ["bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "include", "share"],
+        description="Folders of the host's /usr a process-runtime sandbox sees (read-only "
+        "image); every other one (local, src, games, ...) is an empty folder the sandbox owns. "
+        "A template installs what more it needs into its own layer.",
+    )
     guest_pids_max: int = Field(
         1024, ge=16, le=1 << 22,
         description="Processes a sandbox's commands may have at once (cgroup pids.max); one "

@@ -29,6 +29,8 @@ def make_runtimes(settings: Settings) -> dict[str, Runtime]:
     runtimes["process"] = ProcessRuntime(
         root / "process", pids_max=settings.sandbox.guest_pids_max,
         ro_binds=tuple(settings.sandbox.process_ro_binds),
+        guest_uid=settings.sandbox.process_guest_uid,
+        usr_dirs=tuple(settings.sandbox.process_usr_dirs),
     )  # fmt: skip
     from services.sandbox.runtime.docker import DockerRuntime
 

@@ -1,5 +1,7 @@
-"""Commands in a process sandbox: each exec enters the sandbox's namespaces with ``nsenter`` and
-runs with a reduced capability set; output is streamed, capped and timed out here.
+"""Commands in a process sandbox: each exec enters the sandbox's namespaces with ``nsenter`` (its
+user namespace too: the command's host uid is the guest's unprivileged uid, root only inside),
+under ``no_new_privs`` and the seccomp filter of :mod:`~.confine`, with no capability left;
+output is streamed, capped and timed out here.
 
 A mixin of :class:`~services.sandbox.runtime.process.runtime.ProcessRuntime`; it uses the
 runtime's ``root``, ``images_dir``, tools (``bwrap``, ``nsenter``, ``setpriv``) and ``_lock``.
@@ -15,7 +17,7 @@ import signal as signal_mod
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from services.sandbox.runtime.base import (
     GUEST_HOME,
@@ -36,11 +38,6 @@ DRAIN_AFTER_EXIT_S = 0.05
 """After the command exits, how long to keep reading output its background children may hold."""
 
 GUEST_PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-KEEP_CAPS = (
-    "chown,dac_override,fowner,fsetid,kill,setgid,setuid,setpcap,net_bind_service,net_raw,"
-    "sys_chroot,mknod,audit_write,setfcap"
-)
-"""Capabilities guest processes keep (Docker's default set); no sys_admin, so no remounting."""
 
 BG_SCRIPT = (
     "mkdir -p /tmp/.k3s && setsid /bin/sh -c 'exec >/tmp/.k3s/bg-$$.out 2>/tmp/.k3s/bg-$$.err "
@@ -53,6 +50,7 @@ class ExecMixin(Runtime):
     """exec, exec_stream, background commands and signals."""
 
     _cgroups: CommandCgroups
+    _confiner: Callable[[], None]
 
     # -- commands
 
@@ -68,8 +66,9 @@ class ExecMixin(Runtime):
         }
         cwd = normalize_guest_path(req.cwd or GUEST_HOME)
         return [
-            str(self.nsenter), "-t", str(h.pid), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--",
-            str(self.setpriv), "--bounding-set", f"-all,+{KEEP_CAPS.replace(',', ',+')}", "--",
+            str(self.nsenter), "-t", str(h.pid), "-U", "-m", "-u", "-i", "-n", "-p", "-r", "-w",
+            "--", str(self.setpriv), "--bounding-set", "-all", "--inh-caps", "-all",
+            "--ambient-caps", "-all", "--no-new-privs", "--",
             "/usr/bin/env", "-i", "-C", cwd, *(f"{k}={v}" for k, v in env.items()), *argv,
         ]  # fmt: skip
 
@@ -125,6 +124,7 @@ class ExecMixin(Runtime):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                preexec_fn=self._confiner,  # no groups, no_new_privs, seccomp: before nsenter
             )
             with self._lock:
                 self._execs.setdefault(h.sandbox_id, set()).add(proc)

@@ -21,6 +21,8 @@ from services.sandbox.runtime.base import (
 log = logging.getLogger("k3stack.sandbox.process")
 
 _MS_RDONLY = 1
+_MS_BIND = 4096
+_MS_REC = 16384
 _MNT_DETACH = 2
 
 _libc: Any = None
@@ -42,6 +44,21 @@ def _mount_overlay(target: Path, lowers: list[Path], upper: Path, work: Path) ->
             f"cannot mount overlayfs at {target}: {os.strerror(err)} (the process runtime needs "
             "root and overlayfs; use the microvm runtime otherwise)"
         )
+
+
+def _bind(source: Path, target: Path) -> None:
+    rc = _libc_call().mount(
+        str(source).encode(), str(target).encode(), None, _MS_BIND | _MS_REC, None
+    )
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise RuntimeUnavailable(f"cannot bind {source} at {target}: {os.strerror(err)}")
+
+
+def _unbind(target: Path) -> None:
+    """Detach whatever is mounted at ``target``; ``os.path.ismount`` misses a bind mount of a
+    folder of the same file system, so this asks the kernel (``EINVAL`` where none is)."""
+    _libc_call().umount2(str(target).encode(), _MNT_DETACH)
 
 
 def _umount(target: Path) -> None:

@@ -1,5 +1,5 @@
 """Images of the process runtime: the host image (skeleton root with a private ``/etc`` over the
-host's ``/usr``) and template images built as layers on top of it.
+host's ``/usr``, of which only the folders in ``usr_dirs`` show) and template images built as layers on top of it.
 
 A mixin of :class:`~services.sandbox.runtime.process.runtime.ProcessRuntime`; it uses the
 runtime's ``root``, ``images_dir``, tools (``bwrap``, ``nsenter``, ``setpriv``) and ``_lock``.
@@ -7,6 +7,7 @@ runtime's ``root``, ``images_dir``, tools (``bwrap``, ``nsenter``, ``setpriv``) 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -22,6 +23,7 @@ from services.sandbox.runtime.base import (
     SandboxSpec,
 )
 from services.sandbox.runtime.process.fstree import (
+    _OPAQUE_XATTR,
     OVERLAYS,
 )
 
@@ -34,9 +36,12 @@ _SKIP_ETC = {"shadow", "shadow-", "gshadow", "gshadow-", "ssh", "ssl/private", "
 class ImagesMixin(Runtime):
     """Host image, template images (:meth:`build_image`)."""
 
+    guest_uid: int
+    usr_dirs: tuple[str, ...]
+
     def _skeleton(self) -> Path:
         """The host image's root: empty top-level dirs, merged-/usr links, a copy of /etc."""
-        skel = self.images_dir / "_host" / "root"
+        skel = self.images_dir / "_host" / f"root-{self.guest_uid}"
         if (skel / ".k3s-ready").exists():
             return skel
         with self._lock:
@@ -82,6 +87,9 @@ class ImagesMixin(Runtime):
             )
             (tmp / "etc" / "hostname").write_text("sandbox\n")
             (tmp / "etc" / "hosts").write_text("127.0.0.1 localhost sandbox\n::1 localhost\n")
+            for dirpath, dirnames, filenames in os.walk(tmp):  # the guest's root owns its tree
+                for name in [*dirnames, *filenames, ""]:
+                    os.lchown(os.path.join(dirpath, name), self.guest_uid, self.guest_uid)
             (tmp / ".k3s-ready").write_text("1\n")
             if skel.exists():
                 shutil.rmtree(skel)
@@ -103,8 +111,33 @@ class ImagesMixin(Runtime):
                 for name in OVERLAYS:
                     lowers[name].append(Path(layer) / name)
         lowers["root"].append(skel)
-        lowers["usr"].append(Path("/usr"))
+        lowers["usr"] += [self._usr_mask(), Path("/usr")]
         return lowers
+
+    def _usr_mask(self) -> Path:
+        """A layer over the host's ``/usr`` that hides every folder not in ``usr_dirs``: each
+        becomes an empty opaque folder the guest's root owns (so ``/usr/local`` starts empty
+        and is the sandbox's to install into). Rebuilt when the host's ``/usr`` or the list
+        changes."""
+        hidden = sorted(
+            e.name for e in os.scandir("/usr")
+            if e.name not in self.usr_dirs and e.is_dir(follow_symlinks=False)
+        )  # fmt: skip
+        key = hashlib.sha256("\0".join([str(self.guest_uid), *hidden]).encode()).hexdigest()
+        mask = self.images_dir / "_host" / f"usr-mask-{key[:16]}"
+        if mask.is_dir():
+            return mask
+        with self._lock:
+            if mask.is_dir():
+                return mask
+            tmp = mask.with_name(f"{mask.name}.tmp-{secrets.token_hex(4)}")
+            tmp.mkdir(parents=True)
+            for name in hidden:
+                (tmp / name).mkdir()
+                os.setxattr(tmp / name, _OPAQUE_XATTR, b"y")
+                os.chown(tmp / name, self.guest_uid, self.guest_uid)
+            os.replace(tmp, mask)
+        return mask
 
     def image_env(self, image: str) -> dict[str, str]:
         """Environment a template's ENV steps set (empty for built-in images)."""

@@ -34,14 +34,20 @@ from services.sandbox.runtime.base import (
 )
 from services.sandbox.runtime.portforward import PortForwarder, connect_in_netns, listen_in_netns
 from services.sandbox.runtime.process.cgroups import CommandCgroups
+from services.sandbox.runtime.process.confine import program_fd
 from services.sandbox.runtime.process.fstree import (
     OVERLAYS,
 )
 from services.sandbox.runtime.process.host import (
+    _bind,
     _mount_overlay,
     _pid_ns,
     _umount,
+    _unbind,
 )
+
+STAGE_ROOT = Path("/run/k3stack-process")
+"""Parent of every sandbox's stage (:meth:`LaunchMixin._stage`)."""
 
 
 def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
@@ -66,6 +72,7 @@ class LaunchMixin(Runtime):
     _cgroups: CommandCgroups
     _egress: dict[str, list[PortForwarder]]
     ro_binds: tuple[Path, ...]
+    guest_uid: int
 
     def guest_addresses(self, spec: SandboxSpec) -> dict[str, str]:
         return guest_addresses(spec)
@@ -86,17 +93,25 @@ class LaunchMixin(Runtime):
         lowers = self._image_layers(spec.image)
         mounted: list[Path] = []
         try:
+            stage = self._stage(sandbox_id)
             for ov in OVERLAYS:
                 target = workdir / "mnt" / ov
                 _umount(target)
+                # the overlay's root (/ or /usr) belongs to the guest's root; set before the
+                # mount, which takes the root's owner once
+                os.chown(workdir / "upper" / ov, self.guest_uid, self.guest_uid)
                 _mount_overlay(target, lowers[ov], workdir / "upper" / ov, workdir / "work" / ov)
                 mounted.append(target)
+                mounted.append(self._stage_one(target, stage / ov))
+            for i, folder in enumerate(self._shared_folders()):
+                mounted.append(self._stage_one(folder, stage / f"ro{i}"))
             (workdir / "mnt" / "root" / GUEST_HOME.lstrip("/")).mkdir(parents=True, exist_ok=True)
             self._write_hosts(spec, mnt_root=workdir / "mnt" / "root")
-            init_pid, outer = self._spawn_holder(spec, workdir)
+            init_pid, outer = self._spawn_holder(sandbox_id, workdir)
         except BaseException:
             for target in reversed(mounted):
-                _umount(target)
+                _unbind(target)
+            self._unstage(sandbox_id)
             raise
         ns = _pid_ns(init_pid)
         self._open_egress(sandbox_id, spec, init_pid)
@@ -110,22 +125,67 @@ class LaunchMixin(Runtime):
             data={"outer_pid": outer, "pid_ns": ns},
         )
 
-    def _spawn_holder(self, spec: SandboxSpec, workdir: Path) -> tuple[int, int]:
-        mnt = workdir / "mnt"
+    @staticmethod
+    def _stage(sandbox_id: str) -> Path:
+        """Where the sandbox's overlays (and shared folders) are bound for bubblewrap to reach
+        as the guest's uid: ``/run/k3stack-process/<sandbox id>/{root,usr,ro<i>}``, that folder
+        the guest uid's alone (sandbox ids are unique per instance)."""
+        base = STAGE_ROOT
+        if not base.is_dir():
+            base.mkdir(parents=True, exist_ok=True)
+            os.chmod(base, 0o711)  # walkable, not listable
+        return base / sandbox_id
+
+    def _stage_one(self, source: Path, at: Path) -> Path:
+        at.mkdir(parents=True, exist_ok=True)
+        os.chown(at.parent, self.guest_uid, self.guest_uid)  # no other host user walks in
+        os.chmod(at.parent, 0o700)
+        _unbind(at)
+        _bind(source, at)
+        return at
+
+    def _unstage(self, sandbox_id: str) -> None:
+        stage = self._stage(sandbox_id)
+        staged = sorted(stage.iterdir()) if stage.is_dir() else []
+        for d in staged:
+            _unbind(d)
+        for d in (*staged, stage):
+            try:
+                d.rmdir()  # never a recursive removal: a mount still there must stay whole
+            except OSError:
+                pass
+
+    def _shared_folders(self) -> list[Path]:
+        """The ``ro_binds`` that exist (the agent cache, for installed-agent episodes)."""
+        return [Path(f) for f in self.ro_binds if Path(f).is_dir()]
+
+    def _spawn_holder(self, sandbox_id: str, workdir: Path) -> tuple[int, int]:
+        """bubblewrap, started as the guest's unprivileged host uid, in its own user namespace
+        (the guest's root is that uid), every capability dropped, the seccomp filter loaded.
+
+        It runs unprivileged, so it binds the overlays from their stage (:meth:`_stage`): the
+        service's own folders above the workdir may be closed to that uid."""
+        stage = self._stage(sandbox_id)
         argv = [
+            str(self.setpriv), "--reuid", str(self.guest_uid), "--regid",
+            str(self.guest_uid), "--clear-groups", "--",
             str(self.bwrap),
-            "--bind", str(mnt / "root"), "/",
-            "--bind", str(mnt / "usr"), "/usr",
+            "--unshare-user", "--uid", "0", "--gid", "0",
+            "--bind", str(stage / "root"), "/",
+            "--bind", str(stage / "usr"), "/usr",
             "--dev", "/dev",
-            "--proc", "/proc",
+            "--proc", "/proc",  # bwrap covers /proc/sys, sysrq-trigger, irq, bus read-only
+            "--tmpfs", "/sys", "--remount-ro", "/sys",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--unshare-net",
             "--hostname", "sandbox",
+            "--cap-drop", "ALL",
             "--chdir", "/",
         ]  # fmt: skip
-        for folder in self.ro_binds:
-            if Path(folder).is_dir():  # shared read-only at the same path (e.g. the agent cache)
-                argv += ["--ro-bind", str(folder), str(folder)]
+        for i, folder in enumerate(self._shared_folders()):  # read-only at the same path
+            argv += ["--ro-bind", str(stage / f"ro{i}"), str(folder)]
+        fds = [program_fd()]
+        argv += ["--seccomp", str(fds[0])]
         r, w = os.pipe()
         # The command prints a line once bwrap has built the whole mount tree and exec'd it:
         # only then may execs enter (the info fd is written before the mounts are done).
@@ -136,11 +196,13 @@ class LaunchMixin(Runtime):
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(w,),
+                pass_fds=(w, *fds),
                 start_new_session=True,
             )
         finally:
             os.close(w)
+            for fd in fds:
+                os.close(fd)
         info = b""
         deadline = time.monotonic() + 10
         with os.fdopen(r, "rb", buffering=0) as rf:
@@ -294,6 +356,7 @@ class LaunchMixin(Runtime):
         while h.pid and _pid_ns(h.pid) == h.data.get("pid_ns") and time.monotonic() < deadline:
             time.sleep(0.005)
         self._cgroups.remove_sandbox(h.sandbox_id)
+        self._unstage(h.sandbox_id)
         for ov in reversed(OVERLAYS):
             _umount(Path(h.workdir) / "mnt" / ov)
 

@@ -4,8 +4,8 @@ A sandbox is a bubblewrap process tree in its own PID, mount, IPC, UTS and netwo
 (network mode ``allowlist``: loopback listeners piped to each allowed destination, see
 :mod:`~.launch`), whose root is an overlayfs: writes land in an upper
 directory under the sandbox's workdir, reads fall through to the image. The image is the host's
-``/usr`` (a second overlay, so a sandbox may ``pip install`` into ``/usr/local`` without touching
-the host) under a skeleton root with a private copy of ``/etc``, plus any template layers built
+``/usr`` (a second overlay, so a sandbox may install into ``/usr/local`` without touching the
+host; the host's own ``/usr/local`` is hidden) under a skeleton root with a private copy of ``/etc``, plus any template layers built
 on top (:meth:`ProcessRuntime.build_image`). The names ``busybox`` and ``debian`` both select
 that host image here: what differs between them is a microVM matter.
 
@@ -20,8 +20,11 @@ content-addressed (``sandbox/blobs/<sha256>``), so a checkpoint stores only file
 is new to the store. During the walk every process of the sandbox is stopped (SIGSTOP) so the
 layer is consistent, then continued.
 
-Not a security boundary: guest processes run as root in their namespaces with a reduced
-capability bounding set (Docker's default set); each command runs in its own pids cgroup under
+Isolation (:mod:`~.confine`, threat model in ``docs/sandbox-threat-model.md``): the guest runs as
+an unprivileged host uid (``guest_uid``) in its own user namespace (root inside only), with no
+capabilities, ``no_new_privs`` and a seccomp filter; ``/proc/sys`` and ``/sys`` are read-only,
+and of the host's ``/usr`` only ``usr_dirs`` show. It shares the host's kernel: a development
+runtime, weaker than ``docker`` or ``microvm``. Each command runs in its own pids cgroup under
 its sandbox's (:mod:`~.cgroups`: a fork bomb cannot starve the next command); cpu/memory limits
 are not enforced.
 Requires root (overlay mounts), ``bwrap`` (Debian: ``apt-get install bubblewrap``), and
@@ -47,13 +50,20 @@ from services.sandbox.runtime.base import (
 from services.sandbox.runtime.portforward import PortForwarder
 from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.checkpoints import CheckpointsMixin
+from services.sandbox.runtime.process.confine import child_confiner
 from services.sandbox.runtime.process.execs import ExecMixin
 from services.sandbox.runtime.process.files import FilesMixin
 from services.sandbox.runtime.process.images import ImagesMixin
 from services.sandbox.runtime.process.launch import LaunchMixin
+from services.sandbox.runtime.process.owner import GuestOwnerMixin
+
+USR_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "include", "share")
+"""Folders of the host's ``/usr`` a sandbox sees by default (not ``local``, ``src``, ``games``)."""
 
 
-class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, FilesMixin, Runtime):
+class ProcessRuntime(
+    LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, GuestOwnerMixin, FilesMixin, Runtime
+):
     """bubblewrap + overlayfs sandboxes under ``root`` (images there; sandboxes in workdirs)."""
 
     name = "process"
@@ -61,9 +71,15 @@ class ProcessRuntime(LaunchMixin, ImagesMixin, CheckpointsMixin, ExecMixin, File
 
     def __init__(
         self, root: Path, bwrap: str | None = None, pids_max: int = 1024,
-        ro_binds: tuple[Path, ...] = (),
+        ro_binds: tuple[Path, ...] = (), guest_uid: int = 100000,
+        usr_dirs: tuple[str, ...] = USR_DIRS,
     ) -> None:  # fmt: skip
+        if guest_uid <= 0:
+            raise ValueError("the process runtime's guest uid must not be root")
         self.root = Path(root)
+        self.guest_uid = guest_uid
+        self.usr_dirs = tuple(usr_dirs)
+        self._confiner = child_confiner()
         self.ro_binds = tuple(Path(p) for p in ro_binds)
         self._egress: dict[str, list[PortForwarder]] = {}
         self._cgroups = CommandCgroups(pids_max)
