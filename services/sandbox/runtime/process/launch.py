@@ -32,6 +32,7 @@ from services.sandbox.runtime.base import (
     SandboxSpec,
     VMHandle,
 )
+from services.sandbox.runtime.beneath import GuestTree
 from services.sandbox.runtime.portforward import PortForwarder, connect_in_netns, listen_in_netns
 from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.confine import program_fd
@@ -56,6 +57,11 @@ def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
         dest: f"127.0.0.{100 + i}:{dest.rsplit(':', 1)[1]}"
         for i, dest in enumerate(spec.network.allow)
     }
+
+
+def _guest_tree(mnt_root: Path) -> GuestTree:
+    """The sandbox's mounted overlays as the guest sees them, resolved beneath their roots."""
+    return GuestTree({point: mnt_root.parent / ov for ov, point in OVERLAYS.items()})
 
 
 def _is_address(host: str) -> bool:
@@ -105,7 +111,8 @@ class LaunchMixin(Runtime):
                 mounted.append(self._stage_one(target, stage / ov))
             for i, folder in enumerate(self._shared_folders()):
                 mounted.append(self._stage_one(folder, stage / f"ro{i}"))
-            (workdir / "mnt" / "root" / GUEST_HOME.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            # the tree may come from a checkpoint the guest wrote: never follow its symlinks out
+            _guest_tree(workdir / "mnt" / "root").make_dirs(GUEST_HOME)
             self._write_hosts(spec, mnt_root=workdir / "mnt" / "root")
             init_pid, outer = self._spawn_holder(sandbox_id, workdir)
         except BaseException:
@@ -261,10 +268,7 @@ class LaunchMixin(Runtime):
         ]
         if not names:
             return
-        # the tree may come from a checkpoint the guest wrote: never follow its symlinks out
-        from services.sandbox.runtime.beneath import GuestTree
-
-        tree = GuestTree({point: mnt_root.parent / ov for ov, point in OVERLAYS.items()})
+        tree = _guest_tree(mnt_root)  # never follows a checkpointed tree's symlinks out
         try:
             with os.fdopen(tree.open_read("/etc/hosts"), "r") as fh:
                 base = fh.read(1 << 20)
