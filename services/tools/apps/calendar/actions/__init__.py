@@ -19,6 +19,9 @@ using ``actions.<operation>``.
 
 from __future__ import annotations
 
+from typing import Any
+
+from services.tools.apps.calendar.actions import _base, calendars, events, reads, rrules
 from services.tools.apps.calendar.actions._base import (
     APP,
     DEFAULT_RESULTS,
@@ -51,8 +54,11 @@ from services.tools.apps.calendar.actions.events import (
     patch_event,
     update_event,
 )
-from services.tools.apps.calendar.actions.reads import event_instances, free_busy, list_events
-from services.tools.apps.calendar.actions.rrules import _occurrences, _rrule
+from services.tools.apps.calendar.actions.reads import (
+    event_instances,
+    free_busy,
+    list_events,
+)
 
 __all__ = [
     "APP",
@@ -60,8 +66,6 @@ __all__ = [
     "DEFAULT_RESULTS",
     "MAX_INSTANCES",
     "MAX_RESULTS",
-    "_occurrences",
-    "_rrule",
     "calendar_json",
     "calendar_list",
     "calendar_list_delete",
@@ -87,3 +91,13 @@ __all__ = [
     "setup_calendar",
     "update_event",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name one of the modules defines or imports but the package does not export
+    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
+    modules, which reach into them as they did into the one file these modules were."""
+    for module in (_base, calendars, rrules, events, reads):
+        if name in vars(module):
+            return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,17 @@ name, so callers keep using ``actions.<operation>``.
 
 from __future__ import annotations
 
+from typing import Any
+
+from services.tools.apps.gmail.actions import (
+    _base,
+    account,
+    changes,
+    drafts,
+    labels,
+    messages,
+    threads,
+)
 from services.tools.apps.gmail.actions._base import (
     APP,
     DEFAULT_ADDRESS,
@@ -25,8 +36,15 @@ from services.tools.apps.gmail.actions._base import (
     error_body,
     not_found,
 )
-from services.tools.apps.gmail.actions.account import check_user, mailbox, profile, setup_mailbox
-from services.tools.apps.gmail.actions.changes import history
+from services.tools.apps.gmail.actions.account import (
+    check_user,
+    mailbox,
+    profile,
+    setup_mailbox,
+)
+from services.tools.apps.gmail.actions.changes import (
+    history,
+)
 from services.tools.apps.gmail.actions.drafts import (
     create_draft,
     delete_draft,
@@ -46,7 +64,6 @@ from services.tools.apps.gmail.actions.labels import (
     update_label,
 )
 from services.tools.apps.gmail.actions.messages import (
-    _aware,
     attachment,
     batch_delete,
     batch_modify,
@@ -80,7 +97,6 @@ __all__ = [
     "HIDDEN_SYSTEM",
     "MAX_BATCH",
     "SYSTEM_LABELS",
-    "_aware",
     "attachment",
     "batch_delete",
     "batch_modify",
@@ -124,3 +140,13 @@ __all__ = [
     "update_draft",
     "update_label",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name one of the modules defines or imports but the package does not export
+    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
+    modules, which reach into them as they did into the one file these modules were."""
+    for module in (_base, account, labels, messages, threads, drafts, changes):
+        if name in vars(module):
+            return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

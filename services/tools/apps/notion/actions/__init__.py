@@ -18,6 +18,18 @@ helpers (``values``) sit beside the package. It re-exports every name, so caller
 
 from __future__ import annotations
 
+from typing import Any
+
+from services.tools.apps.notion.actions import (
+    _base,
+    blocks,
+    comments,
+    databases,
+    pages,
+    properties,
+    query,
+    users,
+)
 from services.tools.apps.notion.actions._base import (
     APP,
     BLOCK_TYPES,
@@ -46,7 +58,11 @@ from services.tools.apps.notion.actions.blocks import (
     retrieve_block,
     update_block,
 )
-from services.tools.apps.notion.actions.comments import comment_json, create_comment, list_comments
+from services.tools.apps.notion.actions.comments import (
+    comment_json,
+    create_comment,
+    list_comments,
+)
 from services.tools.apps.notion.actions.databases import (
     create_database,
     data_source_json,
@@ -62,8 +78,13 @@ from services.tools.apps.notion.actions.pages import (
     retrieve_page_property,
     update_page,
 )
-from services.tools.apps.notion.actions.properties import rich_text
-from services.tools.apps.notion.actions.query import query_database, search
+from services.tools.apps.notion.actions.properties import (
+    rich_text,
+)
+from services.tools.apps.notion.actions.query import (
+    query_database,
+    search,
+)
 from services.tools.apps.notion.actions.users import (
     create_user,
     user_json,
@@ -120,3 +141,13 @@ __all__ = [
     "users_retrieve",
     "workspace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name one of the modules defines or imports but the package does not export
+    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
+    modules, which reach into them as they did into the one file these modules were."""
+    for module in (_base, users, properties, pages, databases, query, blocks, comments):
+        if name in vars(module):
+            return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,19 +17,25 @@ paging); this package re-exports them, so callers keep using ``actions.<method>`
 
 from __future__ import annotations
 
+from typing import Any
+
+from services.tools.apps.slack.actions import (
+    _base,
+    chat,
+    conversations,
+    files,
+    reactions,
+    team,
+    users,
+)
 from services.tools.apps.slack.actions._base import (
     APP,
     DEFAULT_AGENT,
     MAX_TEXT,
     SCHEDULE_HORIZON,
-    _get,
-    _limit,
-    _ts_datetime,
     normalize_ts,
 )
 from services.tools.apps.slack.actions.chat import (
-    _permalink,
-    _reactions,
     conversations_history,
     conversations_replies,
     delete_message,
@@ -42,9 +48,6 @@ from services.tools.apps.slack.actions.chat import (
     update_message,
 )
 from services.tools.apps.slack.actions.conversations import (
-    _can_see,
-    _channel,
-    _find_im,
     conversations_archive,
     conversations_create,
     conversations_info,
@@ -78,7 +81,6 @@ from services.tools.apps.slack.actions.reactions import (
     reactions_remove,
 )
 from services.tools.apps.slack.actions.team import (
-    _user,
     agent_user_id,
     create_user,
     next_ts,
@@ -97,15 +99,6 @@ __all__ = [
     "DEFAULT_AGENT",
     "MAX_TEXT",
     "SCHEDULE_HORIZON",
-    "_can_see",
-    "_channel",
-    "_find_im",
-    "_get",
-    "_limit",
-    "_permalink",
-    "_reactions",
-    "_ts_datetime",
-    "_user",
     "agent_user_id",
     "auth_test",
     "conversations_archive",
@@ -154,3 +147,13 @@ __all__ = [
     "users_lookup_by_email",
     "workspace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name one of the modules defines or imports but the package does not export
+    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
+    modules, which reach into them as they did into the one file these modules were."""
+    for module in (_base, team, users, conversations, chat, reactions, files):
+        if name in vars(module):
+            return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
