@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import tenacity
 from celery import Task
 
 from shared.jobs.enqueue import _payload_json
@@ -149,35 +150,54 @@ class JobTask(Task):
             self._run(run)
         return None
 
+    def retrying(self, run: JobRun) -> tenacity.Retrying:
+        """The retry policy of :class:`TransientJobError`, in tenacity's terms: at most
+        ``max_retries`` retries and never beyond the store's attempts limit; each wait is
+        :meth:`retry_countdown` spent in :meth:`JobRun._retry_after` (heartbeats go on, a
+        cancel ends it with :class:`JobCancelled`, the row counts the next start)."""
+        policy = run.store.policy
+
+        def give_up(state: tenacity.RetryCallState) -> bool:
+            return state.attempt_number > self.max_retries or run.attempt >= policy.max_attempts
+
+        def wait_out(state: tenacity.RetryCallState) -> None:
+            assert state.outcome is not None
+            countdown = state.upcoming_sleep
+            note = (
+                f"retry {state.attempt_number} of {self.max_retries} in {countdown:.1f} s: "
+                f"{state.outcome.exception()}"
+            )
+            run._retry_after(countdown, note)
+
+        return tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(TransientJobError),
+            stop=give_up,
+            wait=lambda state: self.retry_countdown(state.attempt_number - 1),
+            before_sleep=wait_out,
+            sleep=lambda _seconds: None,  # wait_out has waited, watching for a cancel
+            reraise=True,
+        )
+
     def _run(self, run: JobRun) -> None:
         store, job_id, owner = run.store, run.id, run.owner
-        retries = 0
-        while True:
-            try:
-                value = self.run(run)
-                break
-            except JobCancelled:
-                log.info("job %s stopped: cancelled or taken over", job_id)
-                return
-            except TransientJobError as exc:
-                if retries >= self.max_retries or run.attempt >= store.policy.max_attempts:
-                    message = f"gave up after {retries} retries: {type(exc).__name__}: {exc}"
-                    store.fail(job_id, owner, TASK_ERROR, message)
-                    return
-                countdown = self.retry_countdown(retries)
-                retries += 1
-                note = f"retry {retries} of {self.max_retries} in {countdown:.1f} s: {exc}"
-                try:
-                    run._retry_after(countdown, note)
-                except JobCancelled:
-                    return
-            except JobFailed as exc:
-                store.fail(job_id, owner, exc.code, exc.message)
-                return
-            except Exception as exc:  # noqa: BLE001 - recorded on the row, the worker goes on
-                log.exception("job %s failed", job_id)
-                store.fail(job_id, owner, TASK_ERROR, f"{type(exc).__name__}: {exc}")
-                return
+        retrying = self.retrying(run)
+        try:
+            value = retrying(self.run, run)
+        except JobCancelled:
+            log.info("job %s stopped: cancelled or taken over", job_id)
+            return
+        except TransientJobError as exc:
+            retries = retrying.statistics.get("attempt_number", 1) - 1
+            message = f"gave up after {retries} retries: {type(exc).__name__}: {exc}"
+            store.fail(job_id, owner, TASK_ERROR, message)
+            return
+        except JobFailed as exc:
+            store.fail(job_id, owner, exc.code, exc.message)
+            return
+        except Exception as exc:  # noqa: BLE001 - recorded on the row, the worker goes on
+            log.exception("job %s failed", job_id)
+            store.fail(job_id, owner, TASK_ERROR, f"{type(exc).__name__}: {exc}")
+            return
         result, result_key = _inline_result(value)
         try:
             size = len(json.dumps(result))
