@@ -19,8 +19,6 @@ using ``actions.<operation>``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.tools.apps.calendar.actions import _base, calendars, events, reads, rrules
 from services.tools.apps.calendar.actions._base import (
     APP,
@@ -59,6 +57,7 @@ from services.tools.apps.calendar.actions.reads import (
     free_busy,
     list_events,
 )
+from services.tools.apps.packages import names_of
 
 __all__ = [
     "APP",
@@ -93,11 +92,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A name one of the modules defines or imports but the package does not export
-    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
-    modules, which reach into them as they did into the one file these modules were."""
-    for module in (_base, calendars, rrules, events, reads):
-        if name in vars(module):
-            return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# a name the package does not export (actions._get, actions.plain ...), from its modules
+__getattr__ = names_of(__name__, (_base, calendars, rrules, events, reads))

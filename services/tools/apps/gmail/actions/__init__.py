@@ -14,8 +14,6 @@ name, so callers keep using ``actions.<operation>``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.tools.apps.gmail.actions import (
     _base,
     account,
@@ -88,6 +86,7 @@ from services.tools.apps.gmail.actions.threads import (
     thread_json,
     trash_thread,
 )
+from services.tools.apps.packages import names_of
 
 __all__ = [
     "APP",
@@ -142,11 +141,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A name one of the modules defines or imports but the package does not export
-    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
-    modules, which reach into them as they did into the one file these modules were."""
-    for module in (_base, account, labels, messages, threads, drafts, changes):
-        if name in vars(module):
-            return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# a name the package does not export (actions._get, actions.plain ...), from its modules
+__getattr__ = names_of(__name__, (_base, account, labels, messages, threads, drafts, changes))

@@ -18,8 +18,6 @@ helpers (``values``) sit beside the package. It re-exports every name, so caller
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.tools.apps.notion.actions import (
     _base,
     blocks,
@@ -92,6 +90,7 @@ from services.tools.apps.notion.actions.users import (
     users_me,
     users_retrieve,
 )
+from services.tools.apps.packages import names_of
 
 __all__ = [
     "APP",
@@ -143,11 +142,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A name one of the modules defines or imports but the package does not export
-    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
-    modules, which reach into them as they did into the one file these modules were."""
-    for module in (_base, users, properties, pages, databases, query, blocks, comments):
-        if name in vars(module):
-            return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# a name the package does not export (actions._get, actions.plain ...), from its modules
+__getattr__ = names_of(
+    __name__, (_base, users, properties, pages, databases, query, blocks, comments)
+)

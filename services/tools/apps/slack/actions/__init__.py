@@ -17,8 +17,7 @@ paging); this package re-exports them, so callers keep using ``actions.<method>`
 
 from __future__ import annotations
 
-from typing import Any
-
+from services.tools.apps.packages import names_of
 from services.tools.apps.slack.actions import (
     _base,
     chat,
@@ -149,11 +148,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A name one of the modules defines or imports but the package does not export
-    (``actions._get``, ``actions.plain`` ...), for the app's ``ops``, ``search`` and ``state``
-    modules, which reach into them as they did into the one file these modules were."""
-    for module in (_base, team, users, conversations, chat, reactions, files):
-        if name in vars(module):
-            return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# a name the package does not export (actions._get, actions.plain ...), from its modules
+__getattr__ = names_of(__name__, (_base, team, users, conversations, chat, reactions, files))
