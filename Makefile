@@ -14,7 +14,7 @@ help:
 	@echo "make test   - install what is missing, run lint, the whole test suite with make e2e beside it (E2E=0: no e2e)"
 	@echo "make setup  - only install (system packages + virtualenv)"
 	@echo "make bench  - run the benchmark scripts under bench/"
-	@echo "make docs   - regenerate the README configuration table"
+	@echo "make docs   - regenerate the configuration page (docs/configuration.md)"
 	@echo "make stress - the whole suite with every core kept busy by a CPU burner (flakiness check)"
 	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
 	@echo "make e2e    - the whole platform under docker compose on this host's Docker Engine, tested"
@@ -63,7 +63,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
 docs: venv
-	$(PY) -m shared.settings --readme README.md
+	$(PY) -m shared.settings --write docs/configuration.md
 
 openapi: venv
 	$(PY) scripts/openapi.py

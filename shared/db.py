@@ -9,7 +9,7 @@ Migrations: each service owns its tables and its migration history. A service ke
 its own version table, ``alembic_version_<service>``, so five services can share one database
 without stepping on each other's revisions. New revision::
 
-    alembic -x service=tools revision -m "add x"   # see docs in README ("Migrations")
+    alembic -x service=tools revision -m "add x"   # see docs/architecture.md ("Migrations")
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ present), then the defaults below. Per-service sections are nested models read w
 a double underscore: ``K3STACK_SANDBOX__PORT=9001``. A value of the wrong type stops start-up with
 :class:`SettingsError`, whose message names the variable.
 
-``python -m shared.settings`` prints the documented table of every variable (the README's table
-is generated from it).
+``python -m shared.settings`` prints the documented table of every variable; ``make docs``
+(``python -m shared.settings --write docs/configuration.md``) writes it into the configuration
+page, between its settings markers.
 """
 
 from __future__ import annotations
@@ -735,28 +736,34 @@ def _show_default(value: Any) -> str:
 
 
 def markdown_table() -> str:
-    """The settings table as Markdown (the README embeds it between settings markers)."""
+    """The settings table as Markdown (docs/configuration.md embeds it between settings markers)."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     lines += [f"| `{var}` | `{default}` | {desc} |" for var, default, desc in settings_table()]
     return "\n".join(lines)
 
 
-README_MARKERS = ("<!-- settings:begin -->", "<!-- settings:end -->")
+TABLE_MARKERS = ("<!-- settings:begin -->", "<!-- settings:end -->")
+CONFIGURATION_PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
-def write_readme_table(path: Path) -> None:
-    """Replace the table between the settings markers of ``path``."""
+def write_table(path: Path = CONFIGURATION_PAGE) -> None:
+    """Replace the table between the settings markers of ``path`` (a page without both markers
+    is an error, so the table is never appended to the wrong file)."""
     text = path.read_text()
-    begin, end = README_MARKERS
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
+    begin, end = TABLE_MARKERS
+    head, found, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
+    if not found or not found_end:
+        raise SystemExit(
+            f"{path}: no {begin} ... {end} markers to write the settings table between"
+        )
     path.write_text(f"{head}{begin}\n{markdown_table()}\n{end}{tail}")
 
 
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:2] == ["--readme"]:
-        write_readme_table(Path(sys.argv[2] if len(sys.argv) > 2 else "README.md"))
+    if sys.argv[1:2] == ["--write"]:
+        write_table(Path(sys.argv[2]) if len(sys.argv) > 2 else CONFIGURATION_PAGE)
     else:
         print(markdown_table())

@@ -105,12 +105,28 @@ def test_data_dir_expands_user(monkeypatch):
     assert load_settings().data_dir == Path.home() / "k3-test-dir"
 
 
-def test_readme_configuration_table_is_current():
-    from shared.settings import README_MARKERS, markdown_table
+def test_configuration_page_table_is_current():
+    from shared.settings import CONFIGURATION_PAGE, TABLE_MARKERS, markdown_table
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    begin, end = README_MARKERS
-    embedded = readme.split(begin, 1)[1].split(end, 1)[0].strip()
+    assert CONFIGURATION_PAGE == Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    page = CONFIGURATION_PAGE.read_text()
+    begin, end = TABLE_MARKERS
+    embedded = page.split(begin, 1)[1].split(end, 1)[0].strip()
     assert embedded == markdown_table(), (
-        "README's settings table is stale: run `python -m shared.settings --readme README.md`"
+        "docs/configuration.md's settings table is stale: run `make docs`"
     )
+
+
+def test_writing_the_table_replaces_only_what_is_between_the_markers(tmp_path):
+    from shared.settings import TABLE_MARKERS, markdown_table, write_table
+
+    begin, end = TABLE_MARKERS
+    page = tmp_path / "configuration.md"
+    page.write_text(f"# Configuration\n\n{begin}\nold table\n{end}\n\nafter\n")
+    write_table(page)
+    assert page.read_text() == f"# Configuration\n\n{begin}\n{markdown_table()}\n{end}\n\nafter\n"
+    no_markers = tmp_path / "README.md"
+    no_markers.write_text("# k3stack\n")
+    with pytest.raises(SystemExit, match="markers"):
+        write_table(no_markers)
+    assert no_markers.read_text() == "# k3stack\n"
