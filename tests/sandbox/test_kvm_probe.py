@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from services.sandbox.runtime.base import RuntimeUnavailable
-from services.sandbox.runtime.microvm import runtime as microvm
+from services.sandbox.runtime.microvm import accel as microvm
+from services.sandbox.runtime.microvm.launch import GuestAgentError
 
 
 class FakeProc:
@@ -56,7 +57,7 @@ def probe_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, obje
 
     def connect_agent(path: Path, timeout_s: float) -> object:
         if state["boot"] == "slow_guest":
-            raise microvm.GuestAgentError("agent socket did not appear")
+            raise GuestAgentError("agent socket did not appear")
         return types.SimpleNamespace(ping=lambda: None, close=lambda: None)
 
     monkeypatch.setattr(microvm, "launch", launch)
@@ -66,16 +67,16 @@ def probe_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, obje
     return state
 
 
-def runtime(tmp_path: Path) -> microvm.MicroVMRuntime:
-    return microvm.MicroVMRuntime(root=tmp_path / "vms")
+def runtime(tmp_path: Path) -> microvm.Accelerator:
+    return microvm.Accelerator("auto", shm=tmp_path, pids_max=64)
 
 
 def test_a_crashing_kvm_is_a_cached_verdict(probe_env: dict, tmp_path: Path) -> None:
     rt = runtime(tmp_path)
-    assert rt.accel == "tcg"
+    assert rt.value == "tcg"
     assert json.loads(probe_env["cache"].read_text())["accel"] == "tcg"
-    assert rt._reprobe_at is None
-    assert rt.accel == "tcg" and probe_env["launches"] == 1  # not probed again
+    assert rt.reprobe_at is None
+    assert rt.value == "tcg" and probe_env["launches"] == 1  # not probed again
 
 
 @pytest.mark.parametrize("slowness", ["qmp_timeout", "slow_guest"])
@@ -84,12 +85,12 @@ def test_a_probe_that_ran_out_of_time_is_retried_later(
 ) -> None:
     probe_env["boot"] = slowness
     rt = runtime(tmp_path)
-    assert rt.accel == "tcg"
+    assert rt.value == "tcg"
     assert not probe_env["cache"].exists()  # no verdict written: a later process probes too
-    assert rt._reprobe_at is not None
-    assert rt.accel == "tcg" and probe_env["launches"] == 1  # not before the retry time
+    assert rt.reprobe_at is not None
+    assert rt.value == "tcg" and probe_env["launches"] == 1  # not before the retry time
     probe_env["boot"] = "ok"  # the load went away
-    rt._reprobe_at = 0.0  # the retry time has come
-    assert rt.accel == "kvm" and probe_env["launches"] == 2
+    rt.reprobe_at = 0.0  # the retry time has come
+    assert rt.value == "kvm" and probe_env["launches"] == 2
     assert json.loads(probe_env["cache"].read_text())["accel"] == "kvm"
-    assert rt._reprobe_at is None
+    assert rt.reprobe_at is None

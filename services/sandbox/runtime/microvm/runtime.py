@@ -39,10 +39,8 @@ QEMU/kernel/host-kernel version (``accel.json`` in the sandbox cache). Override 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -75,6 +73,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
 )
 from services.sandbox.runtime.microvm import disks
+from services.sandbox.runtime.microvm.accel import Accelerator
 from services.sandbox.runtime.microvm.disks import SETUP_HINT, Disk
 from services.sandbox.runtime.microvm.launch import (
     BOOT_TIMEOUT_S,
@@ -101,11 +100,6 @@ from services.sandbox.runtime.microvm.qmp import QMPClient, QMPError
 from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
-
-
-# Seconds of TCG after a KVM boot probe that timed out, before the next sandbox start probes
-# again (a loaded host must not cost KVM for the life of the process).
-KVM_REPROBE_S = 600.0
 
 
 @dataclass
@@ -154,9 +148,6 @@ class MicroVMRuntime(Runtime):
         the checkpoint's pages into a new shared file per restore, the older way; also what
         happens where this process may not read its QEMUs' memory, see ``memory.py``)."""
         self.root = Path(root) if root else sandbox_cache_dir() / "vms"
-        self._accel = None if accel in (None, "auto") else accel
-        self._accel_lock = threading.Lock()
-        self._reprobe_at: float | None = None  # a timed-out KVM probe runs again after this
         self.pids_max = pids_max
         self.boot_timeout_s = boot_timeout_s  # an idle host's boot wait (see boot_budget)
         self.cow_restore = cow_restore and can_read_children()
@@ -165,6 +156,7 @@ class MicroVMRuntime(Runtime):
         self._pagestores = PageStores()
         self._images: dict[str, Image] = {}
         self.shm = shm_dir(instance_key(self.root))  # this instance's own /dev/shm folder
+        self._accel = Accelerator(accel, self.shm, pids_max)
         sweep_stale(self.shm)  # a crashed predecessor's unmapped files; never another's
         self.bases = BaseFiles(self.shm / "base")
         self.pool = WarmPool(pool_size, self._start_incoming)
@@ -194,7 +186,7 @@ class MicroVMRuntime(Runtime):
         missing = missing_runtime_files()
         if missing:
             return False, f"files missing from this installation: {', '.join(missing)}"
-        return True, f"{qemu}, kernel {k.version}, accel {self._accel or 'auto (probe)'}"
+        return True, f"{qemu}, kernel {k.version}, accel {self._accel.describe()}"
 
     def _require(self) -> None:
         ok, why = self.available()
@@ -203,56 +195,7 @@ class MicroVMRuntime(Runtime):
 
     @property
     def accel(self) -> str:
-        with self._accel_lock:
-            due = self._reprobe_at is not None and time.monotonic() >= self._reprobe_at
-            if self._accel is None or due:
-                self._accel = self._probe_accel()
-            return self._accel
-
-    def _probe_accel(self) -> str:
-        """``kvm`` if a KVM boot of the busybox image answers, else ``tcg``. A verdict is cached
-        on disk; a probe that only ran out of time (a loaded host, not a broken KVM) is not: TCG
-        until ``KVM_REPROBE_S`` has passed, then the next start probes again."""
-        self._reprobe_at = None
-        if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-            return "tcg"
-        ver = subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout
-        image = get_image("busybox")
-        key = f"{ver.splitlines()[0] if ver else '?'}|{image.kernel.version}|{platform.release()}"
-        cache = sandbox_cache_dir() / "accel.json"
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads(cache.read_text())
-            if data.get("key") == key:
-                return data["accel"]
-        accel, timed_out = "tcg", False
-        try:
-            vm = launch(image, SandboxSpec(), "kvm", incoming=False, boot_timeout=20, shm=self.shm,
-                        pids_max=self.pids_max)  # fmt: skip
-            try:
-                agent = connect_agent(vm.sock_dir / "agent.sock", timeout_s=20)
-                agent.ping()
-                agent.close()
-                accel = "kvm"
-            except Exception:
-                timed_out = vm.proc.poll() is None  # QEMU still up: the guest was only slow
-                raise
-            finally:
-                discard(vm)
-        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
-            # QEMU that exits (KVM refused the guest: an MSR it cannot set, no nested support)
-            # is a verdict; a QMP socket that only timed out is a busy host.
-            timed_out = timed_out or isinstance(exc.__cause__, TimeoutError)
-            log.info("KVM boot probe failed (%s)", str(exc).splitlines()[0][:200])
-        if timed_out:
-            self._reprobe_at = time.monotonic() + KVM_REPROBE_S
-            log.warning("microvm: the KVM boot probe ran out of time (a loaded host?); using TCG "
-                        "and probing again in %.0f s", KVM_REPROBE_S)  # fmt: skip
-            return accel
-        if accel == "tcg":
-            log.warning("microvm: /dev/kvm does not boot the guest kernel here; using TCG")
-        with contextlib.suppress(OSError):
-            cache.write_text(json.dumps({"key": key, "accel": accel}))
-        return accel
+        return self._accel.value
 
     def _image(self, name: str) -> Image:
         """``get_image`` once per image (it hashes its inputs, ~40 ms: on every restore's
