@@ -246,7 +246,10 @@ def _local(route: Route, api: str, body: Any, step: dict[str, Any], started: flo
     if isinstance(answer, list):
         step["events"] = answer
         route.record(step)
-        text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in answer)
+        text = "".join(
+            (f"event: {e['type']}\n" if "type" in e else "") + f"data: {json.dumps(e)}\n\n"
+            for e in answer
+        ) + ("data: [DONE]\n\n" if api == "chat/completions" else "")
         return Response(text, status, media_type="text/event-stream")
     step["response"] = answer
     route.record(step)

@@ -12,15 +12,23 @@ from typer.testing import CliRunner
 
 from services.orchestrator.cli import harness_app
 from services.orchestrator.harness.config import INSTALLED_NAMES, load_harness
-from services.orchestrator.installed.catalog import AGENTS, agents_dir, install_status
+from services.orchestrator.installed.catalog import (
+    AGENTS,
+    ALL,
+    NODE,
+    agents_dir,
+    install_status,
+)
 from services.orchestrator.installed.episode import Day, outcome, parse_output
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "setup_agents.sh"
 
 
 def test_setup_script_pins_what_the_catalogue_names():
-    listed = re.findall(r'^\s+"([\w-]+) (\S+) (\S+)"$', SCRIPT.read_text(), re.M)
-    assert sorted(listed) == sorted((a.name, a.package, a.version) for a in AGENTS.values())
+    text = SCRIPT.read_text()
+    listed = re.findall(r'^\s+"(npm|pip) ([\w-]+) (\S+) (\S+)"$', text, re.M)
+    assert sorted(listed) == sorted((a.kind, a.name, a.package, a.version) for a in ALL)
+    assert f'NODE="node {NODE.package} {NODE.version}"' in text
     assert set(INSTALLED_NAMES) == set(AGENTS)
     for name in INSTALLED_NAMES:
         assert load_harness(name).kind == "installed"
@@ -32,7 +40,9 @@ def test_setup_is_idempotent_and_harness_list_shows_the_versions():
         ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("present") == len(AGENTS)  # nothing re-installed
+    assert done.stdout.count("present") == len(ALL) + 1  # nothing re-installed (+1: Node)
+    for agent in ALL:  # each installed, the Node-pinned ones with the pinned Node too
+        assert agent.installed(), agent
     listed = CliRunner().invoke(harness_app, ["list"])
     assert listed.exit_code == 0, listed.output
     for name, agent in AGENTS.items():

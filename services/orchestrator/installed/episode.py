@@ -18,7 +18,9 @@ How a day ends is named: the CLI's own end of turn (Claude Code's ``result`` eve
 ``turn.completed`` / ``turn.failed``) goes on to the next day, even with exit status 1 (an API
 error it reported); otherwise ``agent_timeout`` (past the day's wall budget, killed),
 ``agent_crashed`` (killed by a signal), ``agent_garbage`` (stdout not its JSON lines) or
-``agent_failed`` (exited without ending its turn).
+``agent_failed`` (exited without ending its turn). A day whose first model request that
+offers tools offers none of the world's MCP tools (the CLI came up without its MCP servers: a
+dead or slow endpoint) ends ``agent_no_tools``, a failed job, never a "done" that succeeds.
 """
 
 from __future__ import annotations
@@ -47,13 +49,18 @@ from services.orchestrator.installed.launch import (
     MCPServer,
     claude_invocation,
     codex_invocation,
+    kimi_invocation,
     relocate,
 )
 from services.orchestrator.tools.mcp import scenario_apps
 
 GUEST_HOME = "/root/agent"
 GUEST_WORK = "/root/work"
-ENDS = {"claude-code-cli": ("result",), "codex-cli": ("turn.completed", "turn.failed")}
+ENDS = {
+    "claude-code-cli": ("result",),
+    "codex-cli": ("turn.completed", "turn.failed"),
+    "kimi-code-cli": ("session.resume_hint",),  # its print mode's last line, turn ended
+}
 
 
 @dataclass
@@ -217,11 +224,7 @@ class InstalledEpisode:
                               "package": self.agent.package, "runtime": state.runtime,
                               "sandbox_id": self.sandbox_id})  # fmt: skip
             r._persist(state)
-            mcp = [
-                MCPServer(app, f"http://{at['tools']}/worlds/{w.id}/mcp/{app}",
-                          {"Authorization": f"Bearer {w.token}"})
-                for app in scenario_apps(scenario)
-            ]  # fmt: skip
+            mcp = self._mcp_servers(at["tools"], w, scenario_apps(scenario))
             endpoint = Endpoint(
                 f"http://{at['gateway']}/episodes/{r.id}", "episode", self._model_name()
             )
@@ -231,7 +234,11 @@ class InstalledEpisode:
                     reason = Outcome.max_wall_s
                     break
                 day = self._day(endpoint, prompt, mcp, state, left)
-                bad = outcome(self.preset, day) or self._policy_refused(state)
+                bad = (
+                    outcome(self.preset, day)
+                    or self._no_tools(state, scenario_apps(scenario))
+                    or self._policy_refused(state)
+                )
                 self._record_day(state, day, bad)
                 if bad:
                     reason = bad
@@ -277,6 +284,16 @@ class InstalledEpisode:
         box.exec(created.sandboxID, ["mkdir", "-p", f"{GUEST_HOME}/.codex", GUEST_WORK])
         return {name: guest[dest] for name, dest in dests.items()}
 
+    @staticmethod
+    def _mcp_servers(tools: str, world: WorldLease, apps: list[str]) -> list[MCPServer]:
+        """The world's apps as MCP servers, at ``tools`` (the tools service, as the guest
+        reaches it), with the world's token."""
+        return [
+            MCPServer(app, f"http://{tools}/worlds/{world.id}/mcp/{app}",
+                      {"Authorization": f"Bearer {world.token}"})
+            for app in apps
+        ]  # fmt: skip
+
     def _model_name(self) -> str:
         """The policy's model: the one named, else the one its endpoint serves (the oracle
         answers any name)."""
@@ -313,6 +330,12 @@ class InstalledEpisode:
                 self.agent, endpoint, staging, cwd, prompt, state.session_id, resume=resume,
                 mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
             )  # fmt: skip
+        elif self.preset == "kimi-code-cli":
+            inv = kimi_invocation(
+                self.agent, endpoint, staging, cwd, prompt,
+                state.thread_id if resume else None, mcp=mcp,
+                max_turns=self.harness.budgets.steps_per_day,
+            )  # fmt: skip
         else:
             thread = state.thread_id if resume else None
             inv = codex_invocation(
@@ -340,7 +363,9 @@ class InstalledEpisode:
         r = self.r
         for ev in day.events:
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
-                state.thread_id = ev["thread_id"]
+                state.thread_id = ev["thread_id"]  # Codex's session
+            elif ev.get("type") == "session.resume_hint" and ev.get("session_id"):
+                state.thread_id = ev["session_id"]  # Kimi Code's
         for step in self.steps:
             r._emit("exchange", step)
         state.step += len(self.steps)
@@ -381,6 +406,27 @@ class InstalledEpisode:
             "arrived. Check mail, chat and calendar and handle what needs handling."
         )
 
+    def _no_tools(self, state: EpisodeState, apps: list[str]) -> Outcome | None:
+        """``agent_no_tools`` when the day's first request with a tool list (side calls carry
+        none) offers none of the world's tools. Before the day's exchanges are recorded."""
+        from services.orchestrator.installed.oracle import offers_world_tools
+
+        for step in self.steps:
+            request = step.get("request")
+            offered = offers_world_tools(step.get("api", ""), request, apps) if isinstance(
+                request, dict) else None  # fmt: skip
+            if offered is None:
+                continue
+            if offered:
+                return None
+            names = sorted(_tool_names(request))[:12]
+            state.exit_detail = (
+                f"day {state.day}: the agent's first model request offered none of the world's "
+                f"MCP tools (apps {', '.join(apps)}; it offered {', '.join(names) or 'nothing'})"
+            )
+            return Outcome.agent_no_tools
+        return None
+
     def _policy_refused(self, state: EpisodeState) -> Outcome | None:
         """``policy_error`` when the day's last model call was refused (a 4xx or 5xx from the
         policy, other than the CLI hanging up): the CLI reports it and ends its turn, yet the
@@ -398,3 +444,12 @@ class InstalledEpisode:
     @staticmethod
     def _detail(state: EpisodeState) -> str:
         return f"the agent CLI ended day {state.day} as {state.exit_reason}"
+
+
+def _tool_names(request: dict[str, Any]) -> set[str]:
+    out = set()
+    for t in request.get("tools") or []:
+        if isinstance(t, dict):
+            name = t.get("name") or (t.get("function") or {}).get("name")
+            out.add(str(name))
+    return out
