@@ -3,9 +3,11 @@ as a stat when they are there, and `k3stack harness list` says whether each is i
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -20,6 +22,8 @@ from services.orchestrator.installed.catalog import (
     install_status,
 )
 from services.orchestrator.installed.episode import Day, outcome, parse_output
+from services.orchestrator.installed.launch import Endpoint, MCPServer, kimi_invocation
+from services.orchestrator.installed.oracle import DONE, OracleEngine, offers_world_tools
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "setup_agents.sh"
 
@@ -62,3 +66,51 @@ def test_day_outcomes_are_named():
     assert outcome("codex-cli", Day(0, [], ["Segmentation fault"])) == "agent_garbage"
     assert outcome("codex-cli", Day(2, [{"type": "turn.started"}])) == "agent_failed"
     assert outcome("codex-cli", Day(None, [], timed_out=True)) == "agent_timeout"
+    kimi_end = {"role": "meta", "type": "session.resume_hint", "session_id": "s"}
+    assert outcome("kimi-code-cli", Day(0, [kimi_end])) is None
+    assert outcome("kimi-code-cli", Day(1, [{"role": "meta", "type": "error"}])) == "agent_failed"
+
+
+def test_world_tools_offered_is_read_in_every_wire_format():
+    apps = ["gmail", "google-calendar"]
+    chat = {"tools": [{"type": "function", "function": {"name": "mcp__gmail__send_email"}}]}
+    assert offers_world_tools("chat/completions", chat, apps) is True
+    anthropic = {"tools": [{"name": "Bash"}, {"name": "mcp__google-calendar__create-event"}]}
+    assert offers_world_tools("messages", anthropic, apps) is True
+    codex = {"tools": [{"type": "namespace", "name": "mcp__google_calendar__",
+                        "tools": [{"type": "function", "name": "create_event"}]}]}  # fmt: skip
+    assert offers_world_tools("responses", codex, apps) is True
+    assert offers_world_tools("messages", {"tools": [{"name": "Bash"}]}, apps) is False
+    assert offers_world_tools("messages", {"messages": []}, apps) is None  # a side call
+
+
+def test_oracle_answers_chat_completions_with_the_offered_tool():
+    plan = {"steps": [{"at": "2025-01-01T09:00:00", "app": "gmail", "tool": "send_email",
+                       "arguments": {"to": "a@b.c"}}]}  # fmt: skip
+    engine = OracleEngine(plan, lambda: datetime(2025, 1, 1, 10))
+    body = {"stream": True, "tools": [
+        {"type": "function", "function": {"name": "mcp__gmail__send_email"}}]}  # fmt: skip
+    status, chunks, note = engine.respond("chat/completions", body)
+    assert status == 200 and note == {"oracle_call": "mcp__gmail__send_email"}
+    call = chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]
+    assert call == {"name": "mcp__gmail__send_email", "arguments": '{"to": "a@b.c"}'}
+    assert chunks[1]["choices"][0]["finish_reason"] == "tool_calls"
+    _, answer, note = engine.respond("chat/completions", {**body, "stream": False})  # plan done
+    assert answer["choices"][0]["message"]["content"] == DONE and note["oracle_call"] is None
+
+
+def test_kimi_config_is_valid_for_the_real_binary(tmp_path):
+    """The generated config.toml passes the pinned binary's own ``kimi doctor``."""
+    agent = AGENTS["kimi-code-cli"]
+    assert agent.installed(), "run scripts/setup_agents.sh"
+    endpoint = Endpoint("http://127.0.0.1:1/episodes/x", "t", "k3")
+    mcp = [MCPServer("gmail", "http://127.0.0.1:1/worlds/w/mcp/gmail", {"Authorization": "x"})]
+    inv = kimi_invocation(agent, endpoint, tmp_path, tmp_path, "hi", mcp=mcp, max_turns=5)
+    kimi_home = Path(inv.env["KIMI_CODE_HOME"])
+    assert json.loads((kimi_home / "mcp.json").read_text())["mcpServers"]["gmail"]["url"]
+    done = subprocess.run(
+        [inv.argv[0], "doctor", "config", str(kimi_home / "config.toml")],
+        env=inv.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "startup_timeout_ms" in (kimi_home / "config.toml").read_text()
