@@ -51,4 +51,4 @@ def test_mcp_that_never_answers_ends_the_day_agent_no_tools(
     exchanges = [i for i in doc["items"] if i["kind"] == "exchange"]
     assert exchanges and not any(i.get("oracle_call") for i in exchanges)
     exit_ = to_shared(doc).exit
-    assert (exit_.status, exit_.reason) == ("error", "agent_no_tools")
+    assert exit_.status == "error" and "offered none" in (exit_.reason or "")

@@ -58,7 +58,7 @@ ALL: tuple[Agent, ...] = (
 )  # fmt: skip
 """Every agent setup installs (its list must match this one)."""
 
-RUNNABLE = ("claude-code-cli", "codex-cli", "kimi-code-cli")
+RUNNABLE = ("claude-code-cli", "codex-cli", "kimi-code-cli", "openclaw-cli")
 """The presets an episode can drive end to end (launch.py knows their command line); OpenClaw
 and Hermes are installed and named, not yet driven (docs/orchestrator.md says what blocks them)."""
 

@@ -50,6 +50,7 @@ from services.orchestrator.installed.launch import (
     claude_invocation,
     codex_invocation,
     kimi_invocation,
+    openclaw_invocation,
     relocate,
 )
 from services.orchestrator.tools.mcp import scenario_apps
@@ -60,6 +61,7 @@ ENDS = {
     "claude-code-cli": ("result",),
     "codex-cli": ("turn.completed", "turn.failed"),
     "kimi-code-cli": ("session.resume_hint",),  # its print mode's last line, turn ended
+    "openclaw-cli": ("envelope",),  # its one JSON envelope (payloads and meta): turn ended
 }
 
 
@@ -74,6 +76,15 @@ class Day:
 
 
 def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """JSON lines, or one JSON document over many lines (OpenClaw's envelope, as an
+    ``envelope`` event)."""
+    if stdout.lstrip().startswith("{") and stdout.count("\n") > 1:
+        try:
+            whole = json.loads(stdout)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict):
+            return [{**whole, "type": "envelope"}], []
     events, garbage = [], []
     for line in stdout.splitlines():
         if not line.strip():
@@ -335,6 +346,11 @@ class InstalledEpisode:
                 self.agent, endpoint, staging, cwd, prompt,
                 state.thread_id if resume else None, mcp=mcp,
                 max_turns=self.harness.budgets.steps_per_day,
+            )  # fmt: skip
+        elif self.preset == "openclaw-cli":
+            inv = openclaw_invocation(
+                self.agent, endpoint, staging, cwd, prompt, state.session_id, mcp=mcp,
+                timeout_s=max(60, int(left)),
             )  # fmt: skip
         else:
             thread = state.thread_id if resume else None

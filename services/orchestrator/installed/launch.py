@@ -12,7 +12,12 @@ stream-json`` (print mode approves its tools itself) with a generated ``$KIMI_CO
 (one ``type = "openai"`` provider: Chat Completions at the gateway's ``/v1``, the key from an
 environment variable) and ``mcp.json`` (the world's apps, tools named ``mcp__<app>__<tool>``);
 day two on adds ``--session ID`` (the ``session.resume_hint`` event of day one); it runs with the
-pinned Node first on PATH. Every CLI's MCP start-up timeout is :data:`MCP_STARTUP_TIMEOUT_S`
+pinned Node first on PATH. OpenClaw: ``openclaw agent --local --session-id ID --message PROMPT
+--json`` (the same id every day resumes it) with a generated ``$OPENCLAW_CONFIG_PATH`` (one
+``openai-completions`` provider at the gateway, Tool Search off so every tool's schema is offered
+up front, the world's apps under ``mcp.servers`` keyed ``mcp__<app>``: OpenClaw names a server's
+tools ``<server>__<tool>``, so they read ``mcp__<app>__<tool>`` as the other CLIs' do); its
+stdout is one JSON envelope. Every CLI's MCP start-up timeout is :data:`MCP_STARTUP_TIMEOUT_S`
 (a loaded host must not leave an agent without its tools). Telemetry, update checks and other
 traffic are off, and each gets its own HOME, so nothing from the machine's user leaks in.
 """
@@ -306,6 +311,51 @@ def kimi_invocation(
     env = {
         **_base_env(home, agent),
         "KIMI_CODE_HOME": str(kimi_home),
+        "K3STACK_AGENT_TOKEN": endpoint.token,
+    }
+    return Invocation(argv, env, cwd)
+
+
+def openclaw_invocation(
+    agent: Agent,
+    endpoint: Endpoint,
+    home: Path,
+    cwd: Path,
+    prompt: str,
+    session_id: str,
+    mcp: list[MCPServer] | None = None,
+    timeout_s: int = 3600,
+) -> Invocation:
+    """One embedded (gateway-less) agent turn in session ``session_id``."""
+    root = home / ".openclaw"
+    (root / "state").mkdir(parents=True, exist_ok=True)
+    (root / "state" / ".keep").write_text("")  # the state folder must exist before a run
+    model = {"id": endpoint.model, "name": endpoint.model, "reasoning": False, "input": ["text"],
+             "contextWindow": endpoint.context_window, "maxTokens": 4096}  # fmt: skip
+    provider = {"baseUrl": endpoint.base_url.rstrip("/") + "/v1", "api": "openai-completions",
+                "apiKey": "${K3STACK_AGENT_TOKEN}", "models": [model]}  # fmt: skip
+    servers = {
+        f"mcp__{s.name}": {"url": s.url, "transport": "streamable-http", "headers": s.headers,
+                           "connectionTimeoutMs": MCP_STARTUP_TIMEOUT_S * 1000,
+                           "requestTimeoutMs": MCP_STARTUP_TIMEOUT_S * 5000}
+        for s in mcp or []
+    }  # fmt: skip
+    config = {
+        "models": {"mode": "merge", "providers": {"k3stack": provider}},
+        "agents": {"defaults": {"model": {"primary": f"k3stack/{endpoint.model}"}}},
+        "tools": {"toolSearch": False},
+        "mcp": {"servers": servers},
+    }
+    path = root / "openclaw.json"
+    path.write_text(json.dumps(config, indent=1))
+    argv = [
+        str(agent.binary_path()), "agent", "--local", "--session-id", session_id,
+        "--message", prompt, "--json", "--timeout", str(timeout_s),
+    ]  # fmt: skip
+    env = {
+        **_base_env(home, agent),
+        "OPENCLAW_CONFIG_PATH": str(path),
+        "OPENCLAW_STATE_DIR": str(root / "state"),
         "K3STACK_AGENT_TOKEN": endpoint.token,
     }
     return Invocation(argv, env, cwd)
