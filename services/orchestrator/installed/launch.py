@@ -17,7 +17,11 @@ pinned Node first on PATH. OpenClaw: ``openclaw agent --local --session-id ID --
 ``openai-completions`` provider at the gateway, Tool Search off so every tool's schema is offered
 up front, the world's apps under ``mcp.servers`` keyed ``mcp__<app>``: OpenClaw names a server's
 tools ``<server>__<tool>``, so they read ``mcp__<app>__<tool>`` as the other CLIs' do); its
-stdout is one JSON envelope. Every CLI's MCP start-up timeout is :data:`MCP_STARTUP_TIMEOUT_S`
+stdout is one JSON envelope. Hermes (a Python venv): ``hermes chat -q PROMPT -Q --yolo`` with a
+generated ``$HERMES_HOME/config.yaml`` (a ``custom`` provider: Chat Completions at the gateway;
+the world's apps under ``mcp_servers``, tools named ``mcp__<app>__<tool>``, hyphens as
+underscores); its quiet stdout is the final text and a ``session_id: ID`` line, and day two on
+adds ``--resume ID``. Every CLI's MCP start-up timeout is :data:`MCP_STARTUP_TIMEOUT_S`
 (a loaded host must not leave an agent without its tools). Telemetry, update checks and other
 traffic are off, and each gets its own HOME, so nothing from the machine's user leaks in.
 """
@@ -73,6 +77,7 @@ class Invocation:
     argv: list[str]
     env: dict[str, str]
     cwd: Path
+    text_output: bool = False  # stdout is text, not JSON lines (Hermes's quiet mode)
 
 
 def _base_env(home: Path, agent: Agent | None = None) -> dict[str, str]:
@@ -361,6 +366,41 @@ def openclaw_invocation(
     return Invocation(argv, env, cwd)
 
 
+def hermes_invocation(
+    agent: Agent,
+    endpoint: Endpoint,
+    home: Path,
+    cwd: Path,
+    prompt: str,
+    session_id: str | None = None,
+    mcp: list[MCPServer] | None = None,
+    max_turns: int | None = None,
+) -> Invocation:
+    """Day one: a new session; later days ``--resume`` the one day one printed."""
+    hermes_home = home / ".hermes"
+    hermes_home.mkdir(parents=True, exist_ok=True)
+    servers = {
+        s.name: {"url": s.url, "headers": s.headers, "connect_timeout": MCP_STARTUP_TIMEOUT_S,
+                 "timeout": MCP_STARTUP_TIMEOUT_S * 5}
+        for s in mcp or []
+    }  # fmt: skip
+    config = {
+        "model": {"provider": "custom", "base_url": endpoint.base_url.rstrip("/") + "/v1",
+                  "api_key": endpoint.token, "default": endpoint.model,
+                  "context_length": endpoint.context_window},
+        "mcp_servers": servers,
+    }  # fmt: skip
+    # YAML is a superset of JSON: the config is written as JSON
+    (hermes_home / "config.yaml").write_text(json.dumps(config, indent=1))
+    argv = [
+        str(agent.binary_path()), "chat", "-q", prompt, "-Q", "--yolo",
+        *(["--max-turns", str(max_turns)] if max_turns else []),
+        *(["--resume", session_id] if session_id else []),
+    ]  # fmt: skip
+    env = {**_base_env(home, agent), "HERMES_HOME": str(hermes_home)}
+    return Invocation(argv, env, cwd, text_output=True)
+
+
 def relocate(inv: Invocation, staging: Path, guest_home: str) -> tuple[Invocation, dict[str, str]]:
     """``inv`` as it runs in a sandbox: the files the invocation wrote under ``staging`` (its
     HOME here) become guest files under ``guest_home``, and every mention of ``staging`` in
@@ -372,5 +412,5 @@ def relocate(inv: Invocation, staging: Path, guest_home: str) -> tuple[Invocatio
 
     files = {move(str(p)): move(p.read_text()) for p in sorted(staging.rglob("*")) if p.is_file()}
     moved = Invocation([move(a) for a in inv.argv], {k: move(v) for k, v in inv.env.items()},
-                       inv.cwd)  # fmt: skip
+                       inv.cwd, inv.text_output)  # fmt: skip
     return moved, files
