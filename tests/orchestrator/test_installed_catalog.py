@@ -21,7 +21,7 @@ from services.orchestrator.installed.catalog import (
     agents_dir,
     install_status,
 )
-from services.orchestrator.installed.episode import Day, outcome, parse_output
+from services.orchestrator.installed.episode import Day, outcome, parse_output, parse_text
 from services.orchestrator.installed.launch import Endpoint, MCPServer, kimi_invocation
 from services.orchestrator.installed.oracle import DONE, OracleEngine, offers_world_tools
 
@@ -69,6 +69,14 @@ def test_day_outcomes_are_named():
     kimi_end = {"role": "meta", "type": "session.resume_hint", "session_id": "s"}
     assert outcome("kimi-code-cli", Day(0, [kimi_end])) is None
     assert outcome("kimi-code-cli", Day(1, [{"role": "meta", "type": "error"}])) == "agent_failed"
+    # OpenClaw's one JSON envelope over many lines; Hermes's quiet text and its session line
+    envelope, garbage = parse_output('{\n  "payloads": [],\n  "meta": {"stopReason": "stop"}\n}\n')
+    assert not garbage and outcome("openclaw-cli", Day(0, envelope)) is None
+    assert outcome("openclaw-cli", Day(1, [])) == "agent_failed"
+    said, garbage = parse_text("  warning: x\nDone for now.\n\nsession_id: 20261207_1\n")
+    assert not garbage and said[-1] == {"type": "session", "session_id": "20261207_1"}
+    assert "Done for now." in said[0]["text"] and outcome("hermes-cli", Day(0, said)) is None
+    assert outcome("hermes-cli", Day(1, parse_text("Traceback ...\n")[0])) == "agent_failed"
 
 
 def test_world_tools_offered_is_read_in_every_wire_format():

@@ -82,13 +82,6 @@ class Day:
 def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
     """JSON lines, or one JSON document over many lines (OpenClaw's envelope, as an
     ``envelope`` event)."""
-    if stdout.lstrip().startswith("{") and stdout.count("\n") > 1:
-        try:
-            whole = json.loads(stdout)
-        except json.JSONDecodeError:
-            whole = None
-        if isinstance(whole, dict):
-            return [{**whole, "type": "envelope"}], []
     events, garbage = [], []
     for line in stdout.splitlines():
         if not line.strip():
@@ -99,6 +92,13 @@ def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
             garbage.append(line[:200])
             continue
         (events if isinstance(value, dict) else garbage).append(value)
+    if garbage:  # not JSON lines: perhaps one document over many lines
+        try:
+            whole = json.loads(stdout)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict):
+            return [{**whole, "type": "envelope"}], []
     return events, garbage
 
 
