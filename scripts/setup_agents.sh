@@ -24,7 +24,7 @@ AGENTS=(
   "npm codex @openai/codex 0.171.0"
   "npm kimi-code @moonshot-ai/kimi-code 2.1.0"
   "npm openclaw openclaw 2026.9.6"
-  "pip hermes hermes-agent 0.19.0"
+  "pip hermes hermes-agent[mcp] 0.19.0"
 )
 
 if ! command -v npm >/dev/null; then
@@ -37,8 +37,10 @@ fi
 # install KIND NAME PACKAGE VERSION: one pinned install into its own prefix, atomically.
 install() {
   local kind=$1 name=$2 pkg=$3 version=$4
-  local prefix="$DIR/$name-$version"
-  if [[ -f "$prefix/.installed" ]]; then
+  local prefix="$DIR/$name-$version" spec="$pkg@$version"
+  [[ "$kind" == pip ]] && spec="$pkg==$version"
+  # present: stamped with this very spec (a changed extra or package reinstalls)
+  if [[ -f "$prefix/.installed" && "$(cat "$prefix/.installed")" == "$spec" ]]; then
     echo "setup_agents: $pkg@$version present ($prefix)"
     return
   fi
@@ -58,12 +60,12 @@ install() {
       local py=python3.11
       [[ -x /usr/bin/python3.11 ]] && py=/usr/bin/python3.11
       "$py" -m venv "$prefix"
-      "$prefix/bin/pip" install -q --disable-pip-version-check "$pkg==$version" >&2
+      "$prefix/bin/pip" install -q --disable-pip-version-check "$spec" >&2
       rm -rf "$tmp"
-      echo "$pkg==$version" >"$prefix/.installed"
+      echo "$spec" >"$prefix/.installed"
       return ;;
   esac
-  echo "$pkg@$version" >"$tmp/.installed"
+  echo "$spec" >"$tmp/.installed"
   rm -rf "$prefix"
   mv "$tmp" "$prefix"
 }

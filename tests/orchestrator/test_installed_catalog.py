@@ -73,7 +73,7 @@ def test_day_outcomes_are_named():
     envelope, garbage = parse_output('{\n  "payloads": [],\n  "meta": {"stopReason": "stop"}\n}\n')
     assert not garbage and outcome("openclaw-cli", Day(0, envelope)) is None
     assert outcome("openclaw-cli", Day(1, [])) == "agent_failed"
-    said, garbage = parse_text("  warning: x\nDone for now.\n\nsession_id: 20261207_1\n")
+    said, garbage = parse_text("  warning: x\nDone for now.\n", "\nsession_id: 20261207_1\n")
     assert not garbage and said[-1] == {"type": "session", "session_id": "20261207_1"}
     assert "Done for now." in said[0]["text"] and outcome("hermes-cli", Day(0, said)) is None
     assert outcome("hermes-cli", Day(1, parse_text("Traceback ...\n")[0])) == "agent_failed"

@@ -54,11 +54,11 @@ ALL: tuple[Agent, ...] = (
     Agent("kimi-code", "@moonshot-ai/kimi-code", "2.1.0", "kimi", "kimi-code-cli",
           pinned_node=True),
     Agent("openclaw", "openclaw", "2026.9.6", "openclaw", "openclaw-cli", pinned_node=True),
-    Agent("hermes", "hermes-agent", "0.19.0", "hermes", "hermes-cli", kind="pip"),
+    Agent("hermes", "hermes-agent[mcp]", "0.19.0", "hermes", "hermes-cli", kind="pip"),
 )  # fmt: skip
 """Every agent setup installs (its list must match this one)."""
 
-RUNNABLE = ("claude-code-cli", "codex-cli", "kimi-code-cli", "openclaw-cli")
+RUNNABLE = ("claude-code-cli", "codex-cli", "kimi-code-cli", "openclaw-cli", "hermes-cli")
 """The presets an episode can drive end to end (launch.py knows their command line); OpenClaw
 and Hermes are installed and named, not yet driven (docs/orchestrator.md says what blocks them)."""
 

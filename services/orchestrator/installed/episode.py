@@ -102,15 +102,16 @@ def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
     return events, garbage
 
 
-def parse_text(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """A text stdout (Hermes's quiet mode): the final text as one ``text`` event, and the
-    closing ``session_id: ID`` line as a ``session`` event (its end of turn); never garbage."""
+def parse_text(stdout: str, stderr: str = "") -> tuple[list[dict[str, Any]], list[str]]:
+    """A text stdout (Hermes's quiet mode): the final text as one ``text`` event, and the last
+    ``session_id: ID`` line (Hermes prints it on stderr) as a ``session`` event, its end of
+    turn; never garbage."""
     lines = stdout.rstrip().splitlines()
-    found = _SESSION_LINE.match(lines[-1]) if lines else None
-    text = "\n".join(lines[:-1] if found else lines).strip()
+    found = [m for m in map(_SESSION_LINE.match, (stdout + "\n" + stderr).splitlines()) if m]
+    text = "\n".join(ln for ln in lines if not _SESSION_LINE.match(ln)).strip()
     events: list[dict[str, Any]] = [{"type": "text", "text": text[-4000:]}] if text else []
     if found:
-        events.append({"type": "session", "session_id": found.group(1)})
+        events.append({"type": "session", "session_id": found[-1].group(1)})
     return events, []
 
 
@@ -175,7 +176,10 @@ def run_in_sandbox(
             pidfile.unlink(missing_ok=True)
     if rc is not None and rc > 128:
         rc = 128 - rc
-    events, garbage = (parse_text if inv.text_output else parse_output)("".join(out))
+    if inv.text_output:
+        events, garbage = parse_text("".join(out), "".join(err))
+    else:
+        events, garbage = parse_output("".join(out))
     tail = "".join(err)[-2000:]
     return Day(rc, events, garbage, timed_out, time.monotonic() - started, tail)
 
