@@ -122,3 +122,24 @@ def test_kimi_config_is_valid_for_the_real_binary(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "startup_timeout_ms" in (kimi_home / "config.toml").read_text()
+
+
+def test_a_tool_result_finds_its_call_when_the_cli_rewrote_the_id():
+    """OpenClaw sends a call's id back without its non-alphanumerics (``call_ab`` -> ``callab``):
+    the result is still that call's observation (else its ATIF steps had none)."""
+    from services.orchestrator.installed.exchanges import add_exchange
+    from shared.trajectory import Trajectory
+
+    traj, pending = Trajectory(id="ep_test"), set()
+    call = {"index": 0, "id": "call_ab_12", "type": "function",
+            "function": {"name": "mcp__gmail__send_email", "arguments": "{}"}}  # fmt: skip
+    events = [{"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}]
+    at = "2025-01-01T00:00:00+00:00"
+    add_exchange(traj, {"api": "chat/completions", "request": {}, "events": events, "at": at},
+                 pending)  # fmt: skip
+    back = {"messages": [{"role": "tool", "tool_call_id": "callab12", "content": "sent"}]}
+    add_exchange(traj, {"api": "chat/completions", "request": back, "events": [], "at": at},
+                 pending)  # fmt: skip
+    assert not pending
+    (obs,) = traj.steps[0].observations
+    assert (obs.tool_call_id, obs.content) == ("call_ab_12", "sent")

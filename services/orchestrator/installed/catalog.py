@@ -59,8 +59,7 @@ ALL: tuple[Agent, ...] = (
 """Every agent setup installs (its list must match this one)."""
 
 RUNNABLE = ("claude-code-cli", "codex-cli", "kimi-code-cli", "openclaw-cli", "hermes-cli")
-"""The presets an episode can drive end to end (launch.py knows their command line); OpenClaw
-and Hermes are installed and named, not yet driven (docs/orchestrator.md says what blocks them)."""
+"""The presets an episode can drive end to end (launch.py knows their command line)."""
 
 AGENTS: dict[str, Agent] = {a.preset: a for a in ALL if a.preset in RUNNABLE}
 
