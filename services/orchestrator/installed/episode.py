@@ -41,7 +41,7 @@ import httpx
 from services.orchestrator.episode.state import EpisodeState, WorldLease
 from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.gateway import Route, Routes, serving
-from services.orchestrator.installed.catalog import AGENTS, Agent, require
+from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, require
 from services.orchestrator.installed.launch import (
     BUNDLED_CATALOG,
     QUIET_ENV,
@@ -59,13 +59,7 @@ from services.orchestrator.tools.mcp import scenario_apps
 
 GUEST_HOME = "/root/agent"
 GUEST_WORK = "/root/work"
-ENDS = {
-    "claude-code-cli": ("result",),
-    "codex-cli": ("turn.completed", "turn.failed"),
-    "kimi-code-cli": ("session.resume_hint",),  # its print mode's last line, turn ended
-    "openclaw-cli": ("envelope",),  # its one JSON envelope (payloads and meta): turn ended
-    "hermes-cli": ("session",),  # its quiet mode's closing ``session_id:`` line
-}
+ENDS = {a.preset: a.ends for a in ALL}
 _SESSION_LINE = re.compile(r"^session_id:\s*(\S+)\s*$")
 
 
@@ -403,11 +397,10 @@ class InstalledEpisode:
 
     def _record_day(self, state: EpisodeState, day: Day, bad: Outcome | None) -> None:
         r = self.r
-        for ev in day.events:
-            if ev.get("type") == "thread.started" and ev.get("thread_id"):
-                state.thread_id = ev["thread_id"]  # Codex's session
-            elif ev.get("type") in ("session.resume_hint", "session") and ev.get("session_id"):
-                state.thread_id = ev["session_id"]  # Kimi Code's, Hermes's
+        kind, key = self.agent.session_event or ("", "")
+        for ev in day.events:  # the session a later day resumes (Codex, Kimi Code, Hermes)
+            if kind and ev.get("type") == kind and ev.get(key):
+                state.thread_id = str(ev[key])
         for step in self.steps:
             r._emit("exchange", step)
         state.step += len(self.steps)
