@@ -24,6 +24,7 @@ from services.orchestrator.installed.catalog import (
 from services.orchestrator.installed.episode import Day, outcome, parse_output, parse_text
 from services.orchestrator.installed.launch import Endpoint, MCPServer, kimi_invocation
 from services.orchestrator.installed.oracle import DONE, OracleEngine, offers_world_tools
+from services.orchestrator.tools.builtin import check_tool_names
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "setup_agents.sh"
 
@@ -34,8 +35,10 @@ def test_setup_script_pins_what_the_catalogue_names():
     assert sorted(listed) == sorted((a.kind, a.name, a.package, a.version) for a in ALL)
     assert f'NODE="node {NODE.package} {NODE.version}"' in text
     assert set(INSTALLED_NAMES) == set(AGENTS)
-    for name in INSTALLED_NAMES:
-        assert load_harness(name).kind == "installed"
+    for name in INSTALLED_NAMES:  # each preset loads and passes the submit-time tool check
+        harness = load_harness(name)
+        assert harness.kind == "installed"
+        check_tool_names(list(harness.tools))
 
 
 def test_setup_is_idempotent_and_harness_list_shows_the_versions():
