@@ -64,7 +64,9 @@ def test_k3stack_run_with_the_real_cli_scores_every_event(
     assert (written / "report.html").is_file() and (written / "trajectory.json").is_file()
 
 
-@pytest.mark.parametrize("preset", list(AGENTS))
+# the first two pairs through the CLI; every pair's table is also test_installed_oracle's (the
+# newer CLIs cost minutes a run: OpenClaw's about ten)
+@pytest.mark.parametrize("preset", ["claude-code-cli", "codex-cli"])
 def test_k3stack_harness_compare_prints_both_fingerprints(
     tools_url, sandbox_url, tmp_path: Path, monkeypatch, preset: str
 ) -> None:
