@@ -141,6 +141,9 @@ def gateway_router(routes: Routes, transport: httpx.AsyncBaseTransport | None = 
     @router.get("/episodes/{episode_id}/v1/models", operation_id="gatewayModels")
     async def models(episode_id: str) -> Response:
         route = _route(episode_id)
+        if route.answer is not None:  # a local engine (the oracle) answers any model name
+            model = {"id": "oracle", "object": "model", "created": 0, "owned_by": "k3stack"}
+            return JSONResponse({"object": "list", "data": [model]})
         async with httpx.AsyncClient(transport=transport, timeout=30) as client:
             r = await client.get(route.base_url.rstrip("/") + "/models")
         return Response(r.content, r.status_code, media_type="application/json")
@@ -246,7 +249,10 @@ def _local(route: Route, api: str, body: Any, step: dict[str, Any], started: flo
     if isinstance(answer, list):
         step["events"] = answer
         route.record(step)
-        text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in answer)
+        text = "".join(
+            (f"event: {e['type']}\n" if "type" in e else "") + f"data: {json.dumps(e)}\n\n"
+            for e in answer
+        ) + ("data: [DONE]\n\n" if api == "chat/completions" else "")
         return Response(text, status, media_type="text/event-stream")
     step["response"] = answer
     route.record(step)

@@ -24,6 +24,7 @@ from services.orchestrator.installed.launch import (
     MCPServer,
     claude_invocation,
     codex_invocation,
+    kimi_invocation,
 )
 from tests.model.conftest import model_settings, running
 
@@ -83,6 +84,8 @@ def run_cli(
         inv = claude_invocation(
             agent, endpoint, home, cwd, prompt, str(uuid.uuid4()), mcp=mcp, max_turns=1
         )
+    elif preset == "kimi-code-cli":
+        inv = kimi_invocation(agent, endpoint, home, cwd, prompt, mcp=mcp, max_turns=1)
     else:
         inv = codex_invocation(agent, endpoint, home, cwd, prompt, mcp=mcp)
     proc = subprocess.Popen(

@@ -54,6 +54,7 @@ def test_real_cli_driven_by_the_oracle_scores_every_event(
     agent_steps = [s for s in atif["steps"] if s["source"] == "agent"]
     exchanges = [x for x in doc["items"] if x["kind"] == "exchange"]
     assert len(agent_steps) == len(exchanges)
+    assert AGENTS[preset].wire_api in {x["api"] for x in exchanges}  # the catalogue's word
     called = [c["function_name"] for s in agent_steps for c in s.get("tool_calls", [])]
     assert len(called) == len(calls), (called, [x["oracle_call"] for x in calls])
     assert sum(len(s.get("observation", {}).get("results", [])) for s in agent_steps) == len(called)

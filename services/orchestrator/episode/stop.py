@@ -6,7 +6,8 @@ A budget running out is a run that went to its end (scored, ``succeeded``); an i
 killed at the episode's wall budget (``agent_timeout``) is such a budget too. A policy that
 keeps failing, an agent process that dies or ends its day without ending its turn is a
 ``failed`` job, still scored (the world holds what the agent did), with the outcome as its error
-code. A run that failed is never ``succeeded``. A cancel is ``cancelled`` and not scored.
+code; so is a CLI that came up without the world's MCP tools (``agent_no_tools``: its "done"
+is an infrastructure failure, not the agent's). A run that failed is never ``succeeded``. A cancel is ``cancelled`` and not scored.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Outcome(StrEnum):
     agent_crashed = "agent_crashed"  # killed by a signal
     agent_garbage = "agent_garbage"  # its stdout was not its JSON lines
     agent_failed = "agent_failed"  # exited without ending its turn
+    agent_no_tools = "agent_no_tools"  # its first model request offered none of the world's tools
     # a rollout sample
     effort_budget = "effort_budget"  # over its effort level's completion tokens: cut, reward -1
     # any driver
@@ -85,6 +87,7 @@ ENDS: dict[Outcome, _Ends] = {
     Outcome.agent_crashed: _Ends("failed", True, "error"),
     Outcome.agent_garbage: _Ends("failed", True, "error"),
     Outcome.agent_failed: _Ends("failed", True, "error"),
+    Outcome.agent_no_tools: _Ends("failed", True, "error"),
     Outcome.effort_budget: _Ends("succeeded", True, "max_tokens"),
     Outcome.cancelled: _Ends("cancelled", False, "cancelled"),
 }

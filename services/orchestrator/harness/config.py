@@ -18,7 +18,13 @@ PRESETS_DIR = Path(__file__).parent / "presets"
 PRESET_NAMES = ("claude-code", "codex", "kimi-code", "openclaw", "hermes")
 # the real CLIs (services/orchestrator/installed), run as they are; prompt and tools here are
 # their white-box counterpart's, for `k3stack harness compare`
-INSTALLED_NAMES = ("claude-code-cli", "codex-cli")
+INSTALLED_NAMES = (
+    "claude-code-cli",
+    "codex-cli",
+    "kimi-code-cli",
+    "openclaw-cli",
+    "hermes-cli",
+)
 
 
 class _Strict(BaseModel):

@@ -47,6 +47,12 @@ def _request_text(api: str, body: dict[str, Any]) -> str:
         system = body.get("system") or ""
         parts = [system] if isinstance(system, str) else [b.get("text", "") for b in system]
         return "".join(parts)
+    if api == "chat/completions":
+        return "".join(
+            m.get("content") if isinstance(m.get("content"), str) else ""
+            for m in body.get("messages") or []
+            if isinstance(m, dict) and m.get("role") in ("system", "developer")
+        )
     dev = [
         p.get("text", "")
         for item in body.get("input") or []
@@ -63,13 +69,23 @@ def _flat_tools(tools: list[dict[str, Any]]) -> list[str]:
             out += [f"{t['name']}__{u.get('name')}" for u in t.get("tools") or []]
         elif t.get("name"):
             out.append(t["name"])
+        elif isinstance(t.get("function"), dict):  # Chat Completions
+            out.append(t["function"].get("name"))
     return out
 
 
 def _calls(events: list[Any]) -> list[tuple[str, list[str]]]:
-    """The tool calls in an answer's stream (Anthropic tool_use blocks, Responses items)."""
+    """The tool calls in an answer's stream (Anthropic tool_use blocks, Responses items, Chat
+    Completions chunks)."""
     out, name, buf = [], None, ""
+    chat: dict[int, list[str]] = {}
     for e in events:
+        for choice in (e.get("choices") or []) if isinstance(e, dict) else []:
+            for tc in (choice.get("delta") or {}).get("tool_calls") or []:
+                fn = tc.get("function") or {}
+                got = chat.setdefault(tc.get("index", 0), ["", ""])
+                got[0] += fn.get("name") or ""
+                got[1] += fn.get("arguments") or ""
         kind = e.get("type") if isinstance(e, dict) else None
         if kind == "content_block_start" and e["content_block"].get("type") == "tool_use":
             name, buf = e["content_block"]["name"], ""
@@ -80,14 +96,17 @@ def _calls(events: list[Any]) -> list[tuple[str, list[str]]]:
             name = None
         elif kind == "response.output_item.done" and e["item"].get("type") == "function_call":
             out.append((e["item"]["name"], _args(e["item"].get("arguments"))))
-    return out
+    return out + [(n, _args(a or "{}")) for n, a in chat.values()]
 
 
 def installed(doc: dict[str, Any]) -> dict[str, Any]:
     items = doc["items"]
     exchanges = [i for i in items if i["kind"] == "exchange"]
-    first = exchanges[0]["request"] if exchanges else {}
-    api = exchanges[0]["api"] if exchanges else "messages"
+    # the first request of the agent's loop (one with tools: side calls carry none)
+    main = next((x for x in exchanges if x["request"].get("tools")), exchanges[0] if exchanges
+                else None)  # fmt: skip
+    first = main["request"] if main else {}
+    api = main["api"] if main else "messages"
     calls, per_day, tokens, compactions, day, last = [], Counter(), [], [], 1, 0
     for i in items:
         if i["kind"] == "clock":

@@ -18,12 +18,15 @@ How a day ends is named: the CLI's own end of turn (Claude Code's ``result`` eve
 ``turn.completed`` / ``turn.failed``) goes on to the next day, even with exit status 1 (an API
 error it reported); otherwise ``agent_timeout`` (past the day's wall budget, killed),
 ``agent_crashed`` (killed by a signal), ``agent_garbage`` (stdout not its JSON lines) or
-``agent_failed`` (exited without ending its turn).
+``agent_failed`` (exited without ending its turn). A day whose first model request that
+offers tools offers none of the world's MCP tools (the CLI came up without its MCP servers: a
+dead or slow endpoint) ends ``agent_no_tools``, a failed job, never a "done" that succeeds.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import uuid
@@ -38,7 +41,7 @@ import httpx
 from services.orchestrator.episode.state import EpisodeState, WorldLease
 from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.gateway import Route, Routes, serving
-from services.orchestrator.installed.catalog import AGENTS, Agent, require
+from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, require
 from services.orchestrator.installed.launch import (
     BUNDLED_CATALOG,
     QUIET_ENV,
@@ -47,13 +50,17 @@ from services.orchestrator.installed.launch import (
     MCPServer,
     claude_invocation,
     codex_invocation,
+    hermes_invocation,
+    kimi_invocation,
+    openclaw_invocation,
     relocate,
 )
 from services.orchestrator.tools.mcp import scenario_apps
 
 GUEST_HOME = "/root/agent"
 GUEST_WORK = "/root/work"
-ENDS = {"claude-code-cli": ("result",), "codex-cli": ("turn.completed", "turn.failed")}
+ENDS = {a.preset: a.ends for a in ALL}
+_SESSION_LINE = re.compile(r"^session_id:\s*(\S+)\s*$")
 
 
 @dataclass
@@ -67,6 +74,8 @@ class Day:
 
 
 def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """JSON lines, or one JSON document over many lines (OpenClaw's envelope, as an
+    ``envelope`` event)."""
     events, garbage = [], []
     for line in stdout.splitlines():
         if not line.strip():
@@ -77,7 +86,27 @@ def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
             garbage.append(line[:200])
             continue
         (events if isinstance(value, dict) else garbage).append(value)
+    if garbage:  # not JSON lines: perhaps one document over many lines
+        try:
+            whole = json.loads(stdout)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict):
+            return [{**whole, "type": "envelope"}], []
     return events, garbage
+
+
+def parse_text(stdout: str, stderr: str = "") -> tuple[list[dict[str, Any]], list[str]]:
+    """A text stdout (Hermes's quiet mode): the final text as one ``text`` event, and the last
+    ``session_id: ID`` line (Hermes prints it on stderr) as a ``session`` event, its end of
+    turn; never garbage."""
+    lines = stdout.rstrip().splitlines()
+    found = [m for m in map(_SESSION_LINE.match, (stdout + "\n" + stderr).splitlines()) if m]
+    text = "\n".join(ln for ln in lines if not _SESSION_LINE.match(ln)).strip()
+    events: list[dict[str, Any]] = [{"type": "text", "text": text[-4000:]}] if text else []
+    if found:
+        events.append({"type": "session", "session_id": found[-1].group(1)})
+    return events, []
 
 
 def outcome(preset: str, day: Day) -> Outcome | None:
@@ -141,7 +170,10 @@ def run_in_sandbox(
             pidfile.unlink(missing_ok=True)
     if rc is not None and rc > 128:
         rc = 128 - rc
-    events, garbage = parse_output("".join(out))
+    if inv.text_output:
+        events, garbage = parse_text("".join(out), "".join(err))
+    else:
+        events, garbage = parse_output("".join(out))
     tail = "".join(err)[-2000:]
     return Day(rc, events, garbage, timed_out, time.monotonic() - started, tail)
 
@@ -217,11 +249,7 @@ class InstalledEpisode:
                               "package": self.agent.package, "runtime": state.runtime,
                               "sandbox_id": self.sandbox_id})  # fmt: skip
             r._persist(state)
-            mcp = [
-                MCPServer(app, f"http://{at['tools']}/worlds/{w.id}/mcp/{app}",
-                          {"Authorization": f"Bearer {w.token}"})
-                for app in scenario_apps(scenario)
-            ]  # fmt: skip
+            mcp = self._mcp_servers(at["tools"], w, scenario_apps(scenario))
             endpoint = Endpoint(
                 f"http://{at['gateway']}/episodes/{r.id}", "episode", self._model_name()
             )
@@ -231,7 +259,11 @@ class InstalledEpisode:
                     reason = Outcome.max_wall_s
                     break
                 day = self._day(endpoint, prompt, mcp, state, left)
-                bad = outcome(self.preset, day) or self._policy_refused(state)
+                bad = (
+                    outcome(self.preset, day)
+                    or self._no_tools(state, scenario_apps(scenario))
+                    or self._policy_refused(state)
+                )
                 self._record_day(state, day, bad)
                 if bad:
                     reason = bad
@@ -277,6 +309,16 @@ class InstalledEpisode:
         box.exec(created.sandboxID, ["mkdir", "-p", f"{GUEST_HOME}/.codex", GUEST_WORK])
         return {name: guest[dest] for name, dest in dests.items()}
 
+    @staticmethod
+    def _mcp_servers(tools: str, world: WorldLease, apps: list[str]) -> list[MCPServer]:
+        """The world's apps as MCP servers, at ``tools`` (the tools service, as the guest
+        reaches it), with the world's token."""
+        return [
+            MCPServer(app, f"http://{tools}/worlds/{world.id}/mcp/{app}",
+                      {"Authorization": f"Bearer {world.token}"})
+            for app in apps
+        ]  # fmt: skip
+
     def _model_name(self) -> str:
         """The policy's model: the one named, else the one its endpoint serves (the oracle
         answers any name)."""
@@ -313,6 +355,23 @@ class InstalledEpisode:
                 self.agent, endpoint, staging, cwd, prompt, state.session_id, resume=resume,
                 mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
             )  # fmt: skip
+        elif self.preset == "kimi-code-cli":
+            inv = kimi_invocation(
+                self.agent, endpoint, staging, cwd, prompt,
+                state.thread_id if resume else None, mcp=mcp,
+                max_turns=self.harness.budgets.steps_per_day,
+            )  # fmt: skip
+        elif self.preset == "hermes-cli":
+            inv = hermes_invocation(
+                self.agent, endpoint, staging, cwd, prompt,
+                state.thread_id if resume else None, mcp=mcp,
+                max_turns=self.harness.budgets.steps_per_day,
+            )  # fmt: skip
+        elif self.preset == "openclaw-cli":
+            inv = openclaw_invocation(
+                self.agent, endpoint, staging, cwd, prompt, state.session_id, mcp=mcp,
+                timeout_s=max(60, int(left)),
+            )  # fmt: skip
         else:
             thread = state.thread_id if resume else None
             inv = codex_invocation(
@@ -338,9 +397,10 @@ class InstalledEpisode:
 
     def _record_day(self, state: EpisodeState, day: Day, bad: Outcome | None) -> None:
         r = self.r
-        for ev in day.events:
-            if ev.get("type") == "thread.started" and ev.get("thread_id"):
-                state.thread_id = ev["thread_id"]
+        kind, key = self.agent.session_event or ("", "")
+        for ev in day.events:  # the session a later day resumes (Codex, Kimi Code, Hermes)
+            if kind and ev.get("type") == kind and ev.get(key):
+                state.thread_id = str(ev[key])
         for step in self.steps:
             r._emit("exchange", step)
         state.step += len(self.steps)
@@ -381,6 +441,27 @@ class InstalledEpisode:
             "arrived. Check mail, chat and calendar and handle what needs handling."
         )
 
+    def _no_tools(self, state: EpisodeState, apps: list[str]) -> Outcome | None:
+        """``agent_no_tools`` when the day's first request with a tool list (side calls carry
+        none) offers none of the world's tools. Before the day's exchanges are recorded."""
+        from services.orchestrator.installed.oracle import offers_world_tools
+
+        for step in self.steps:
+            request = step.get("request")
+            offered = offers_world_tools(step.get("api", ""), request, apps) if isinstance(
+                request, dict) else None  # fmt: skip
+            if offered is None:
+                continue
+            if offered:
+                return None
+            names = sorted(_tool_names(request))[:12]
+            state.exit_detail = (
+                f"day {state.day}: the agent's first model request offered none of the world's "
+                f"MCP tools (apps {', '.join(apps)}; it offered {', '.join(names) or 'nothing'})"
+            )
+            return Outcome.agent_no_tools
+        return None
+
     def _policy_refused(self, state: EpisodeState) -> Outcome | None:
         """``policy_error`` when the day's last model call was refused (a 4xx or 5xx from the
         policy, other than the CLI hanging up): the CLI reports it and ends its turn, yet the
@@ -398,3 +479,12 @@ class InstalledEpisode:
     @staticmethod
     def _detail(state: EpisodeState) -> str:
         return f"the agent CLI ended day {state.day} as {state.exit_reason}"
+
+
+def _tool_names(request: dict[str, Any]) -> set[str]:
+    out = set()
+    for t in request.get("tools") or []:
+        if isinstance(t, dict):
+            name = t.get("name") or (t.get("function") or {}).get("name")
+            out.add(str(name))
+    return out

@@ -12,6 +12,7 @@ become the observations of the step that made the calls.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 _CONVERSATION = {"messages", "input", "tools", "system", "instructions"}
@@ -168,6 +169,10 @@ def _results(api: str, request: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return out
 
 
+def _alnum(call_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", call_id)
+
+
 def add_exchange(traj: Any, item: dict[str, Any], pending: set[str]) -> None:
     """Add one gateway exchange to ``traj``; ``pending`` holds the call ids still unanswered."""
     from shared.chat import ChatMessage, Usage
@@ -175,9 +180,11 @@ def add_exchange(traj: Any, item: dict[str, Any], pending: set[str]) -> None:
 
     api, request = item.get("api", ""), item.get("request") or {}
     for call_id, content, is_error in _results(api, request):
-        if call_id in pending:
-            pending.discard(call_id)
-            traj.add_observation(call_id, content, is_error=is_error, timestamp=item["at"])
+        # OpenClaw sends a call's id back with its non-alphanumerics dropped
+        same = next((p for p in pending if p == call_id or _alnum(p) == _alnum(call_id)), None)
+        if same is not None:
+            pending.discard(same)
+            traj.add_observation(same, content, is_error=is_error, timestamp=item["at"])
     message, gen = _message(api, _answer(api, item))
     usage = gen.pop("usage")
     if usage is not None:

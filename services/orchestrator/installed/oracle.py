@@ -1,10 +1,11 @@
 """The oracle engine: the scenario's oracle plan answered as a model would, in the client's own
 wire format, so a real CLI driven by it must solve the scenario with its own tool calls.
 
-From a request's tool list (Anthropic ``tools``, or Responses ``tools`` with namespaces) it finds
-the offered name of the plan's next step (``mcp__<app>__<tool>``, or a namespace ending in
-``<app>__`` holding ``<tool>``) and, once the world clock has reached the step's time, answers
-with that one call (Anthropic ``tool_use``; Responses ``function_call``); otherwise a short
+From a request's tool list (Anthropic ``tools``, Chat Completions ``tools``, or Responses
+``tools`` with namespaces) it finds the offered name of the plan's next step
+(``mcp__<app>__<tool>``, or a namespace ending in ``<app>__`` holding ``<tool>``) and, once the
+world clock has reached the step's time, answers with that one call (Anthropic ``tool_use``;
+Chat Completions ``tool_calls``; Responses ``function_call``); otherwise a short
 "done for now" text, and :meth:`wake_at` tells the day driver when the next step is due. A step
 whose tool the request does not offer waits (the client may offer it after a tool search), and
 requests that offer no world tool at all (a CLI's own side calls) get the plain text.
@@ -33,7 +34,11 @@ def _offered(api: str, body: dict[str, Any]) -> dict[str, tuple[str, str | None]
 
     def walk(tools: list[Any], namespace: str | None) -> None:
         for t in tools:
-            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            if not isinstance(t, dict):
+                continue
+            if t.get("type") == "function" and isinstance(t.get("function"), dict):
+                t = {**t["function"], "type": "function"}  # Chat Completions' shape
+            if not isinstance(t.get("name"), str):
                 continue
             if t.get("type") == "namespace":
                 walk(t.get("tools") or [], t["name"])
@@ -43,6 +48,16 @@ def _offered(api: str, body: dict[str, Any]) -> dict[str, tuple[str, str | None]
 
     walk(body.get("tools") or [], None)
     return out
+
+
+def offers_world_tools(api: str, body: dict[str, Any], apps: list[str]) -> bool | None:
+    """Whether a request offers a tool of one of the world's ``apps`` (``mcp__<app>__...``, by
+    any client's spelling); None when it offers no tools at all (a CLI's side call)."""
+    offered = _offered(api, body)
+    if not offered:
+        return None
+    prefixes = tuple(_key(f"mcp__{app}__") for app in apps)
+    return any(_key(name).startswith(prefixes) for name in offered)
 
 
 class OracleEngine:
@@ -78,16 +93,13 @@ class OracleEngine:
     def respond(self, api: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, Any]]:
         """(status, a JSON answer or the events of a stream when the request streams, a note
         for the record: which call the oracle made)."""
-        if api not in ("messages", "responses"):
+        if api not in ("messages", "responses", "chat/completions"):
             return 404, {"error": {"message": f"the oracle engine does not answer /v1/{api}"}}, {}
         with self.lock:
             call = self._pick(_offered(api, body))
         model, stream = str(body.get("model") or "oracle"), bool(body.get("stream"))
-        answer = (
-            _anthropic(model, call, stream)
-            if api == "messages"
-            else _responses(model, call, stream)
-        )
+        make = {"messages": _anthropic, "responses": _responses, "chat/completions": _chat}[api]
+        answer = make(model, call, stream)
         return 200, answer, {"oracle_call": call[0] if call else None}
 
 
@@ -160,4 +172,27 @@ def _responses(model: str, call: tuple | None, stream: bool) -> dict | list[dict
             "item": item,
         },
         {"type": "response.completed", "sequence_number": 3, "response": response},
+    ]
+
+
+def _chat(model: str, call: tuple | None, stream: bool) -> dict | list[dict]:
+    """Chat Completions: one ``tool_calls`` entry, or the text; a stream is its chunks."""
+    if call:
+        name, _, args = call
+        calls = [{"index": 0, "id": _id("call"), "type": "function",
+                  "function": {"name": name, "arguments": json.dumps(args)}}]  # fmt: skip
+        message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": calls}
+        finish = "tool_calls"
+    else:
+        message, finish = {"role": "assistant", "content": DONE}, "stop"
+    usage = {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}
+    head = {"id": _id("chatcmpl"), "model": model, "created": 0}
+    if not stream:
+        choice = {"index": 0, "message": message, "finish_reason": finish}
+        return {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+    chunk = {**head, "object": "chat.completion.chunk"}
+    return [
+        {**chunk, "choices": [{"index": 0, "delta": message, "finish_reason": None}]},
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+        {**chunk, "choices": [], "usage": usage},
     ]
