@@ -21,7 +21,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SCENARIO = "hr_onboarding"
 
 
-@pytest.mark.parametrize("preset", list(AGENTS))
+# Through `k3stack run` for the CLIs quick enough for CI's budget; test_installed_oracle drives all
+# five through the same episode path, and OpenClaw (15-30 s per invocation) only there.
+RUN_PRESETS = ["claude-code-cli", "codex-cli", "kimi-code-cli", "hermes-cli"]
+
+
+@pytest.mark.parametrize("preset", RUN_PRESETS)
 def test_k3stack_run_with_the_real_cli_scores_every_event(
     tools_url, sandbox_url, tmp_path: Path, monkeypatch, preset: str
 ) -> None:
