@@ -31,6 +31,8 @@ SLEEPER = "#!/bin/sh\nexec sleep 600\n"
 def agents(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An agents folder whose claude-code-cli binary sleeps instead of answering."""
     root = tmp_path_factory.mktemp("agents")
+    # the sandbox's unprivileged uid reads it (as it does the real cache); mktemp's folder is 0700
+    root.chmod(0o755)
     agent = AGENTS["claude-code-cli"]
     binary = agent.binary_path(root)
     binary.parent.mkdir(parents=True)
