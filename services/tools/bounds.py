@@ -18,7 +18,9 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from shared.asgi_body import Cut, content_length, read_capped, replaying
 
 # A JSON string (escapes included) or one bracket: the scanner never looks inside strings.
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
@@ -71,16 +73,6 @@ def _media_type(scope: Scope) -> str:
     return ""
 
 
-def _content_length(scope: Scope) -> int | None:
-    for key, value in scope.get("headers", ()):
-        if key == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
 def body_problem(media_type: str, body: bytes, max_depth: int) -> str | None:
     """What is wrong with ``body`` (None if nothing): JSON bodies (and bodies that declare no
     type, which FastAPI parses as JSON) whole; form bodies field by field, the fields that
@@ -117,35 +109,21 @@ class BodyBounds:
             f"request body is larger than this server's limit of {self.max_bytes} bytes "
             "(K3STACK_TOOLS__MAX_BODY_BYTES)"
         )
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self.refuse(scope["path"], 413, too_large)(scope, receive, send)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left mid-body
-                return
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                await self.refuse(scope["path"], 413, too_large)(scope, receive, send)
-                return
-            if not message.get("more_body", False):
-                break
-        problem = body_problem(_media_type(scope), bytes(body), self.max_depth)
+        body = await read_capped(receive, self.max_bytes)
+        if body is Cut.GONE:
+            return
+        if body is Cut.TOO_LARGE:
+            await self.refuse(scope["path"], 413, too_large)(scope, receive, send)
+            return
+        problem = body_problem(_media_type(scope), body, self.max_depth)
         if problem is not None:
             await self.refuse(scope["path"], 400, problem)(scope, receive, send)
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()  # later calls: wait for the disconnect, as usual
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def json_depth_limit(request: HTTPConnection) -> int:

@@ -17,7 +17,9 @@ import json
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from shared.asgi_body import Cut, content_length, read_capped, replaying
 
 MAX_COMPONENT_BYTES = 255  # one folder or file name (the file systems' limit)
 MAX_PATH_BYTES = 1024  # a whole relative path
@@ -91,41 +93,15 @@ class BodyCap:
             await self.app(scope, receive, send)
             return
         cap, what = self.caps.get(scope["path"], self.default)
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > cap:
             await _refuse(send, cap, what, declared)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left mid-body
-                return
-            body += message.get("body", b"")
-            if len(body) > cap:
-                await _refuse(send, cap, what, None)
-                return
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-def _content_length(scope: Scope) -> int | None:
-    for key, value in scope.get("headers", []):
-        if key == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+        body = await read_capped(receive, cap)
+        if body is Cut.TOO_LARGE:
+            await _refuse(send, cap, what, None)
+        elif body is not Cut.GONE:
+            await self.app(scope, replaying(body, receive), send)
 
 
 async def _refuse(send: Send, cap: int, what: str, declared: int | None) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.model.serving.messages_api import error_body
 from services.model.serving.protocol import OpenAIError
+from shared.asgi_body import Cut, content_length, read_capped, replaying
 
 
 class BodySizeLimit:
@@ -28,31 +29,15 @@ class BodySizeLimit:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self._refuse(scope, send)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left mid-body
-                return
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                await self._refuse(scope, send)
-                return
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()  # later calls: wait for the disconnect, as usual
-
-        await self.app(scope, replay, send)
+        body = await read_capped(receive, self.max_bytes)
+        if body is Cut.TOO_LARGE:
+            await self._refuse(scope, send)
+        elif body is not Cut.GONE:
+            await self.app(scope, replaying(body, receive), send)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         message = (
@@ -77,13 +62,3 @@ class BodySizeLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
