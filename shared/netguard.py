@@ -25,11 +25,14 @@ from collections.abc import Callable, Iterable
 
 Resolver = Callable[[str], list[str]]
 
-# Prefixes whose addresses a translator maps to any IPv4 address (RFC 6052, RFC 8215).
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-# SIIT's IPv4-translated addresses (RFC 2765, ::ffff:0:a.b.c.d): a stateless translator sends
-# them to the IPv4 address they carry, so, like NAT64, the whole prefix is refused.
-_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")
+# Prefixes whose addresses a translator maps to the IPv4 address they carry, so each whole
+# prefix is refused: NAT64 (RFC 6052, RFC 8215) and SIIT's IPv4-translated ::ffff:0:a.b.c.d
+# (RFC 2765).
+_TRANSLATED = (
+    (ipaddress.ip_network("64:ff9b::/96"), "a NAT64 address"),
+    (ipaddress.ip_network("64:ff9b:1::/48"), "a NAT64 address"),
+    (ipaddress.ip_network("::ffff:0:0:0/96"), "an IPv4-translated address"),
+)
 
 # Names that only mean something inside a cluster or a host, refused before any lookup.
 _INTERNAL_SUFFIXES = (".local", ".internal", ".localhost", ".svc", ".cluster.local", ".lan")
@@ -83,12 +86,10 @@ def _embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 def _address_refusal(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     if addr.version == 6:
-        if any(addr in net for net in _NAT64):
-            inner = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
-            return f"a NAT64 address ({addr}: a translator sends it to {inner})"
-        if addr in _SIIT:
-            inner = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
-            return f"an IPv4-translated address ({addr}: a translator sends it to {inner})"
+        for net, kind in _TRANSLATED:
+            if addr in net:
+                inner = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+                return f"{kind} ({addr}: a translator sends it to {inner})"
         inner = _embedded_ipv4(addr)  # type: ignore[arg-type]
         if inner is not None:
             why = _address_refusal(inner)
