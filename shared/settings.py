@@ -116,7 +116,9 @@ class ModelSettings(ServiceSettings):
         None, description="Model id sent upstream by openai/sglang (default served_model_name)."
     )
     upstream_api_key: str | None = Field(
-        None, description="Bearer key for the upstream endpoint of the openai engine."
+        None,
+        description="Bearer key for the upstream endpoint of the openai and sglang engines "
+        "(a server the sglang engine launches is started with it too).",
     )
     replay_file: Path | None = Field(
         None, description="JSONL trajectory the `replay` engine answers from."
