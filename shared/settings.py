@@ -89,13 +89,19 @@ class ModelSettings(ServiceSettings):
         0, ge=0, le=256, description="Torch CPU threads of the reference engine (0 = default)."
     )
     max_num_seqs: int = Field(
-        16, ge=1, le=4096, description="Requests decoded together (state slots in the pools)."
+        16,
+        ge=1,
+        le=4096,
+        description="Requests decoded together (KDA state slots beside the pool).",
     )
     max_num_batched_tokens: int = Field(
         256, ge=1, description="Token budget of one engine step (decodes + prefill chunks)."
     )
     max_pool_tokens: int = Field(
-        32768, ge=16, description="Latent KV cache capacity in tokens, over all requests."
+        131072,
+        ge=16,
+        description="Latent KV cache capacity in tokens, over all requests (pool pages; each "
+        "running request's KDA state takes a slot beside them, not a page).",
     )
     max_model_len: int = Field(
         0,
@@ -110,7 +116,9 @@ class ModelSettings(ServiceSettings):
         None, description="Model id sent upstream by openai/sglang (default served_model_name)."
     )
     upstream_api_key: str | None = Field(
-        None, description="Bearer key for the upstream endpoint of the openai engine."
+        None,
+        description="Bearer key for the upstream endpoint of the openai and sglang engines "
+        "(a server the sglang engine launches is started with it too).",
     )
     replay_file: Path | None = Field(
         None, description="JSONL trajectory the `replay` engine answers from."
@@ -149,10 +157,11 @@ class ModelSettings(ServiceSettings):
         0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
     )
     checkpoint_slab_bytes: int = Field(
-        32 << 20,
+        0,
         ge=0,
         description="Memory for the prefix cache's KDA checkpoints, apart from the pool: slots "
-        "of one request's KDA state each (not pool pages), at least one.",
+        "of one request's KDA state each (not pool pages), at least one (0 = sized from the "
+        "model config: one slot per hash block the pool holds, the most the cache can reach).",
     )
     response_store_items: int = Field(
         10000,
