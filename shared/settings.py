@@ -237,6 +237,13 @@ class SandboxSettings(ServiceSettings):
         "8x), and a guest that misses it is booted once more before the create fails with an "
         "error naming the budget.",
     )  # fmt: skip
+    qemu_user: str = Field(
+        "k3stack-vm", max_length=64,
+        description="Unprivileged user each microVM's QEMU drops to (-runas, after opening its "
+        "files; plus -chroot, seccomp and a cgroup per VM) when the service runs as root: a "
+        "user name (scripts/setup_system.sh creates k3stack-vm; a missing one falls back to "
+        "nobody) or uid:gid; empty = no uid drop or chroot (seccomp and cgroups still apply).",
+    )  # fmt: skip
     warm_pool: int = Field(
         1, ge=0, le=64,
         description="QEMUs kept waiting (-incoming defer) for restores, per template (prewarmed "
