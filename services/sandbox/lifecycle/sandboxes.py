@@ -119,11 +119,12 @@ class SandboxLifecycle:
             frozen = s.execute(
                 select(SandboxRow.runtime, SandboxRow.handle).where(SandboxRow.state == "paused")
             ).all()
+        checkpoints = self.gc.restorable()
         for name, rt in st.runtimes.items():
             keep = [live.handle for live in st.live.values() if live.runtime is rt]
             keep += [VMHandle.model_validate(h) for r, h in frozen if r == name and h]
             try:
-                done = rt.reap_orphans(keep)
+                done = rt.reap_orphans(keep, checkpoints)
             except Exception:  # noqa: BLE001 - one runtime's failure must not stop the start
                 log.exception("runtime %s: reaping what a previous run left failed", name)
                 continue

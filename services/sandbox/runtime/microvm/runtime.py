@@ -404,7 +404,7 @@ class MicroVMRuntime(Runtime):
         self._install(h.sandbox_id, live)
         return True
 
-    def reap_orphans(self, keep: list[VMHandle]) -> dict[str, int]:
+    def reap_orphans(self, keep: list[VMHandle], checkpoints: set[str]) -> dict[str, int]:
         """End this instance's QEMUs (tagged ``-name k3stack-<instance>``) nobody re-attached:
         warm-pool ones waiting with ``-incoming defer``, VMs of lost sandboxes; then their
         cgroups, socket folders and the memory files no process maps any more."""
