@@ -227,6 +227,12 @@ class SandboxSettings(ServiceSettings):
         description="Running sandboxes when the service stops: pause (checkpoint + stop; "
         "resume brings them back) or keep running for the next start to adopt.",
     )
+    shutdown_budget_s: float = Field(
+        5.0, ge=0, le=600,
+        description="Seconds a stopping service spends pausing running sandboxes (on_shutdown: "
+        "pause; eight at a time); one not begun by then is stopped at its last checkpoint "
+        "instead, so the stop ends within `k3stack down`'s grace (10 s) whatever their number.",
+    )  # fmt: skip
     accel: Literal["auto", "kvm", "tcg"] = Field(
         "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
     )

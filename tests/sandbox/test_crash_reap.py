@@ -167,3 +167,20 @@ def test_warm_pool_qemu_is_reaped_and_the_running_vm_kept(tmp_path):  # type: ig
         assert not tagged_qemus(instance)
     finally:
         c.close()
+
+
+def test_stop_past_its_budget_stops_the_rest_and_leaves_nothing(service):  # type: ignore[no-untyped-def]
+    """A stop pauses what it can within ``shutdown_budget_s`` and stops the rest at their last
+    checkpoint: nothing is left running for a ``down`` to cut off (budget 0: none is paused)."""
+    svc = service("process", shutdown_budget_s=0)
+    c = svc.client
+    sids = [_create(c, "process") for _ in range(3)]
+    assert c.post(f"/sandboxes/{sids[0]}/checkpoints").status_code == 201
+    holders = [svc.manager.live_handle(s).data["outer_pid"] for s in sids]
+    svc.stop()
+    assert all(_gone(pid) for pid in holders), "a sandbox's holder outlived the stop"
+    c = svc.start()
+    states = {s: c.get(f"/sandboxes/{s}").json() for s in sids}
+    assert states[sids[0]]["state"] == "paused", states[sids[0]]  # at its last checkpoint
+    assert "shutdown budget" in states[sids[0]]["error"], states[sids[0]]
+    assert all(states[s]["state"] == "error" for s in sids[1:]), states
