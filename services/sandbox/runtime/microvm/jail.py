@@ -228,6 +228,13 @@ def instance_cgroups(instance: str) -> list[Path]:
     ]  # fmt: skip
 
 
+def remove_instance_cgroups(instance: str) -> None:
+    """Remove an instance's folder of VM cgroups where no VM is left in it."""
+    for _, mount in _hierarchies():
+        with contextlib.suppress(OSError):
+            (mount / "k3stack-vm" / instance).rmdir()
+
+
 # ---------------------------------------------------------------------- reaping
 
 

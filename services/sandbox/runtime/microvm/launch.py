@@ -38,7 +38,12 @@ from pathlib import Path
 from services.sandbox.guest.protocol import AgentClient
 from services.sandbox.images.builder import Image, _static_busybox
 from services.sandbox.pagestore import write_sparse_file
-from services.sandbox.runtime.base import GuestAgentError, RuntimeUnavailable, SandboxSpec
+from services.sandbox.runtime.base import (
+    CheckpointError,
+    GuestAgentError,
+    RuntimeUnavailable,
+    SandboxSpec,
+)
 from services.sandbox.runtime.microvm.jail import Jail, remove_cgroups, vm_cgroups
 from services.sandbox.runtime.microvm.memory import shm_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
@@ -256,6 +261,30 @@ def connect_agent(path: Path, timeout_s: float) -> AgentClient:
     client = AgentClient(sock)
     client.sync(timeout_s=max(1.0, deadline - time.monotonic()), retry_s=0.2)
     return client
+
+
+def load_device_state(qmp: QMPClient, path: Path, timeout_s: float = 30.0) -> None:
+    """Feed a device-state stream to a QEMU waiting with ``-incoming defer``.
+
+    ``xen-load-devices-state`` would be the mirror of the save, but QEMU 7.2 asserts in
+    it when no incoming migration was set up; an incoming migration whose stream holds
+    only device sections does the same job."""
+    fd = os.open(path, os.O_RDONLY)
+    try:  # QEMU reads the file itself (no ``exec:cat`` child process to start)
+        qmp.send_fd("devstate", fd)
+    finally:
+        os.close(fd)
+    qmp.execute("migrate-incoming", uri="fd:devstate")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = (qmp.execute("query-migrate") or {}).get("status")
+        if status == "completed":
+            return
+        if status == "failed":
+            raise CheckpointError("QEMU refused the device state")
+        if time.monotonic() > deadline:
+            raise CheckpointError(f"device state not loaded after {timeout_s} s ({status})")
+        time.sleep(0.001)
 
 
 def kill_vm(proc: subprocess.Popen | None, qmp: QMPClient | None, mem_path: Path | None,

@@ -30,6 +30,11 @@ store changed non-zero pages content-addressed (:class:`~services.sandbox.pagest
 checkpoint is restored), a QEMU from the warm pool (or fresh) mapping it privately with
 ``-incoming defer``, load the device state, ``cont``, resynchronise the agent.
 
+Jail (``jail.py``): each QEMU runs under seccomp, as an unprivileged uid, chrooted into a folder
+of its own (device-state files are written there; a disk VM's jail is its disk folder) and in a
+cgroup of its own; its command line carries ``-name k3stack-<instance>``, by which a restarted
+service reaps the QEMUs it did not re-attach (:meth:`MicroVMRuntime.reap_orphans`).
+
 Acceleration: KVM when a boot probe on this host shows it works (``/dev/kvm`` on these machines
 is a nested PVM that fails on stock guest kernels), else TCG; the probe result is cached per
 QEMU/kernel/host-kernel version (``accel.json`` in the sandbox cache). Override with
@@ -87,6 +92,7 @@ from services.sandbox.runtime.microvm.launch import (
     guest_addresses,
     kill_vm,
     launch,
+    load_device_state,
 )
 from services.sandbox.runtime.microvm.memory import (
     BaseFiles,
@@ -273,6 +279,7 @@ class MicroVMRuntime(Runtime):
     def close(self) -> None:
         self.pool.close()
         self.bases.close()
+        jails.remove_instance_cgroups(self.jail.instance)
         for d in (self.shm / "base", self.shm):  # the instance's folder, once nothing is in it
             with contextlib.suppress(OSError):
                 d.rmdir()
@@ -687,7 +694,7 @@ class MicroVMRuntime(Runtime):
             agent_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             agent_sock.connect(str(vm.sock_dir / "agent.sock"))
             t0 = time.perf_counter()
-            self._load_device_state(vm.qmp, state_path)
+            load_device_state(vm.qmp, state_path)
             t1 = time.perf_counter()
             vm.qmp.execute("cont")
             agent = AgentClient(agent_sock)
@@ -701,30 +708,6 @@ class MicroVMRuntime(Runtime):
             "hellos": hellos,
         }
         return agent, stats
-
-    @staticmethod
-    def _load_device_state(qmp: QMPClient, path: Path, timeout_s: float = 30.0) -> None:
-        """Feed a device-state stream to a QEMU waiting with ``-incoming defer``.
-
-        ``xen-load-devices-state`` would be the mirror of the save, but QEMU 7.2 asserts in
-        it when no incoming migration was set up; an incoming migration whose stream holds
-        only device sections does the same job."""
-        fd = os.open(path, os.O_RDONLY)
-        try:  # QEMU reads the file itself (no ``exec:cat`` child process to start)
-            qmp.send_fd("devstate", fd)
-        finally:
-            os.close(fd)
-        qmp.execute("migrate-incoming", uri="fd:devstate")
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = (qmp.execute("query-migrate") or {}).get("status")
-            if status == "completed":
-                return
-            if status == "failed":
-                raise CheckpointError("QEMU refused the device state")
-            if time.monotonic() > deadline:
-                raise CheckpointError(f"device state not loaded after {timeout_s} s ({status})")
-            time.sleep(0.001)
 
     # ------------------------------------------------------------------ guest operations
 
