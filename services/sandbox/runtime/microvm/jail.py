@@ -118,9 +118,19 @@ class Jail:
             os.chown(folder, *self.ids)
 
     def give(self, path: Path) -> None:
-        """Hand a file QEMU opens after the drop (a new disk overlay) to its uid."""
+        """Let QEMU write a file both before the drop (as root without ``CAP_DAC_OVERRIDE``: root
+        owns it) and after it (its group may write it): a disk overlay."""
         if self.ids is not None:
-            os.chown(path, *self.ids)
+            os.chown(path, 0, self.ids[1])
+            os.chmod(path, 0o660)
+
+    def mirror(self, folder: Path, path: Path) -> None:
+        """Make ``path`` (a file in ``folder``) reachable at its host path from inside the
+        chroot too (a hard link): an incoming migration reopens its disk by name when the
+        restored VM starts, after the chroot."""
+        link = folder / str(path).lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.link(path, link)
 
     def inside(self, folder: Path, path: Path) -> str:
         """``path`` (in ``folder``) as QEMU sees it: relative to its chroot when it has one."""

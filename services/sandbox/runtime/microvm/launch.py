@@ -219,6 +219,10 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
     if jail is not None:
         jail_dir = disk.parent if disk is not None else sock_dir / "jail"
         jail.prepare(jail_dir, _static_busybox() if forwards(spec) else None)
+        if disk is not None:
+            jail.give(disk)  # QEMU writes its overlay, and a restore reopens it, as its uid
+            if incoming and jail.chrooted:
+                jail.mirror(jail_dir, disk)
         cgroups = vm_cgroups(jail.instance, tag, spec.memory_mb, spec.cpu)
     cmd = qemu_cmdline(image, spec, accel, sock_dir, mem_path, incoming, disk,
                        share=base is None, pids_max=pids_max, jail=jail,
