@@ -236,6 +236,12 @@ class SandboxSettings(ServiceSettings):
         description="Running sandboxes when the service stops: pause (checkpoint + stop; "
         "resume brings them back) or keep running for the next start to adopt.",
     )
+    shutdown_budget_s: float = Field(
+        5.0, ge=0, le=600,
+        description="Seconds a stopping service spends pausing running sandboxes (on_shutdown: "
+        "pause; eight at a time); one not begun by then is stopped at its last checkpoint "
+        "instead, so the stop ends within `k3stack down`'s grace (10 s) whatever their number.",
+    )  # fmt: skip
     accel: Literal["auto", "kvm", "tcg"] = Field(
         "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
     )
@@ -245,6 +251,13 @@ class SandboxSettings(ServiceSettings):
         "machine: it is multiplied by the load average per core when that is above 1 (at most "
         "8x), and a guest that misses it is booted once more before the create fails with an "
         "error naming the budget.",
+    )  # fmt: skip
+    qemu_user: str = Field(
+        "k3stack-vm", max_length=64,
+        description="Unprivileged user each microVM's QEMU drops to (-runas, after opening its "
+        "files; plus -chroot, seccomp and a cgroup per VM) when the service runs as root: a "
+        "user name (scripts/setup_system.sh creates k3stack-vm; a missing one falls back to "
+        "nobody) or uid:gid; empty = no uid drop or chroot (seccomp and cgroups still apply).",
     )  # fmt: skip
     warm_pool: int = Field(
         1, ge=0, le=64,

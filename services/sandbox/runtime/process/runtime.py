@@ -46,6 +46,7 @@ from services.sandbox.runtime.base import (
     Runtime,
     RuntimeCapabilities,
     RuntimeUnavailable,
+    VMHandle,
 )
 from services.sandbox.runtime.portforward import PortForwarder
 from services.sandbox.runtime.process.cgroups import CommandCgroups
@@ -53,9 +54,12 @@ from services.sandbox.runtime.process.checkpoints import CheckpointsMixin
 from services.sandbox.runtime.process.confine import child_confiner
 from services.sandbox.runtime.process.execs import ExecMixin
 from services.sandbox.runtime.process.files import FilesMixin
+from services.sandbox.runtime.process.fstree import OVERLAYS
+from services.sandbox.runtime.process.host import _umount
 from services.sandbox.runtime.process.images import ImagesMixin
-from services.sandbox.runtime.process.launch import LaunchMixin
+from services.sandbox.runtime.process.launch import STAGE_ROOT, LaunchMixin
 from services.sandbox.runtime.process.owner import GuestOwnerMixin
+from services.sandbox.runtime.process.reap import holder_pids, kill_all, mounted_sandboxes
 
 USR_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "include", "share")
 """Folders of the host's ``/usr`` a sandbox sees by default (not ``local``, ``src``, ``games``)."""
@@ -112,6 +116,20 @@ class ProcessRuntime(
         ok, why = self.available()
         if not ok:
             raise RuntimeUnavailable(f"process runtime unavailable: {why}")
+
+    def reap_orphans(self, keep: list[VMHandle], checkpoints: set[str]) -> dict[str, int]:
+        """Sandboxes of this instance whose overlays are still mounted but that nobody
+        re-attached (a crash mid-create, a ``down`` cut short): holder killed, cgroups,
+        stage and overlays removed (see :mod:`~.reap`)."""
+        kept = {h.sandbox_id for h in keep}
+        orphans = mounted_sandboxes(self.root.parent, STAGE_ROOT) - kept
+        for sid in orphans:
+            kill_all(holder_pids(STAGE_ROOT / sid))
+            self._cgroups.remove_sandbox(sid)
+            self._unstage(sid)
+            for ov in reversed(OVERLAYS):
+                _umount(self.root.parent / "vms" / sid / "mnt" / ov)
+        return {"sandboxes": len(orphans)}
 
     def close(self) -> None:
         with self._lock:
