@@ -190,6 +190,11 @@ class Sandbox(BaseModel):
     envdAccessToken: str | None = Field(
         None, description="Opens this sandbox's envd data plane when auth is on (X-Access-Token)."
     )
+    trafficAccessToken: str | None = Field(
+        None,
+        description="Opens this sandbox's guest ports through get_host when auth is on "
+        "(header e2b-traffic-access-token).",
+    )
     runtime: str
     state: SandboxState
 

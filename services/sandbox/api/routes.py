@@ -18,7 +18,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from services.sandbox.api.dataplane import caller_key, exec_events, read_response, run_exec
-from services.sandbox.api.envd import access_token
 from services.sandbox.api.errors import to_error
 from services.sandbox.api.guestcalls import GuestCalls
 from services.sandbox.api.schemas import (
@@ -46,6 +45,7 @@ from services.sandbox.api.schemas import (
     SignalRequest,
     Template,
 )
+from services.sandbox.api.tokens import access_token, traffic_token
 from services.sandbox.lifecycle.errors import SandboxError
 from services.sandbox.lifecycle.manager import SandboxManager
 from shared.errors import APIError, Error
@@ -74,9 +74,10 @@ def get_guest_calls(request: Request) -> GuestCalls:
 
 
 def _tokened(request: Request, sandbox: Sandbox) -> Sandbox:
-    """The sandbox with its envd access token (set when auth is on)."""
+    """The sandbox with its envd and traffic access tokens (set when auth is on)."""
     settings = request.app.state.settings
     sandbox.envdAccessToken = access_token(settings, sandbox.sandboxID)
+    sandbox.trafficAccessToken = traffic_token(settings, sandbox.sandboxID)
     sandbox.domain = settings.sandbox.host_domain  # get_host(port): <port>-<id>.<domain>
     return sandbox
 
