@@ -30,6 +30,7 @@ from services.sandbox.api.schemas import (
     GCReport,
     NewCheckpoint,
     NewSandbox,
+    NewSandboxV2,
     NewTemplate,
     PortForward,
     RestoreRequest,
@@ -110,8 +111,10 @@ def create_sandbox(body: NewSandbox, m: Manager, request: Request) -> Sandbox:
 @router.post("/v2/sandboxes", response_model=Sandbox, status_code=201,
              operation_id="createSandboxV2", tags=["sandboxes"],
              responses={**ERRORS_409, 503: {**_E, "description": "Runtime unavailable"}})  # fmt: skip
-def create_sandbox_v2(body: NewSandbox, m: Manager, request: Request) -> Sandbox:
-    """E2B v2 path of create (what current E2B SDKs call); fields E2B adds are ignored."""
+def create_sandbox_v2(body: NewSandboxV2, m: Manager, request: Request) -> Sandbox:
+    """E2B v2 path of create (what current E2B SDKs call): E2B's network settings are honoured
+    (``allow_internet_access``, ``network.allowOut``/``denyOut``; by default the guest has a
+    network device, so ``get_host`` works on a microVM too); other fields E2B adds are ignored."""
     return _tokened(request, m.create(body))
 
 
