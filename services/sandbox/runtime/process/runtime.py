@@ -20,9 +20,11 @@ content-addressed (``sandbox/blobs/<sha256>``), so a checkpoint stores only file
 is new to the store. During the walk every process of the sandbox is stopped (SIGSTOP) so the
 layer is consistent, then continued.
 
-Isolation (:mod:`~.confine`, threat model in ``docs/sandbox-threat-model.md``): the guest runs as
-an unprivileged host uid (``guest_uid``) in its own user namespace (root inside only), with no
-capabilities, ``no_new_privs`` and a seccomp filter; ``/proc/sys`` and ``/sys`` are read-only,
+Isolation (:mod:`~.confine`, threat model in ``docs/sandbox-threat-model.md``): each sandbox runs
+as its own unprivileged host uid (:mod:`~.uids`, from the range above ``guest_uid``) in its own
+user namespace (root inside only); the files it owns are stored as ``guest_uid`` and shown to it
+as its uid through idmapped mounts (:mod:`~.idmap`), so a sandbox's uid owns nothing of
+another's. No capabilities, ``no_new_privs`` and a seccomp filter; ``/proc/sys`` and ``/sys`` are read-only,
 and of the host's ``/usr`` only ``usr_dirs`` show. It shares the host's kernel: a development
 runtime, weaker than ``docker`` or ``microvm``. Each command runs in its own pids cgroup under
 its sandbox's (:mod:`~.cgroups`: a fork bomb cannot starve the next command); cpu/memory limits
@@ -56,6 +58,7 @@ from services.sandbox.runtime.process.files import FilesMixin
 from services.sandbox.runtime.process.images import ImagesMixin
 from services.sandbox.runtime.process.launch import LaunchMixin
 from services.sandbox.runtime.process.owner import GuestOwnerMixin
+from services.sandbox.runtime.process.uids import UidPool
 
 USR_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "include", "share")
 """Folders of the host's ``/usr`` a sandbox sees by default (not ``local``, ``src``, ``games``)."""
@@ -71,13 +74,14 @@ class ProcessRuntime(
 
     def __init__(
         self, root: Path, bwrap: str | None = None, pids_max: int = 1024,
-        ro_binds: tuple[Path, ...] = (), guest_uid: int = 100000,
+        ro_binds: tuple[Path, ...] = (), guest_uid: int = 100000, guest_uids: int = 4096,
         usr_dirs: tuple[str, ...] = USR_DIRS,
     ) -> None:  # fmt: skip
         if guest_uid <= 0:
             raise ValueError("the process runtime's guest uid must not be root")
         self.root = Path(root)
         self.guest_uid = guest_uid
+        self._uids = UidPool(self.root / "uids", guest_uid, guest_uids)
         self.usr_dirs = tuple(usr_dirs)
         self._confiner = child_confiner()
         self.ro_binds = tuple(Path(p) for p in ro_binds)
