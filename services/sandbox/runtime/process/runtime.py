@@ -29,8 +29,9 @@ and of the host's ``/usr`` only ``usr_dirs`` show. It shares the host's kernel: 
 runtime, weaker than ``docker`` or ``microvm``. Each command runs in its own pids cgroup under
 its sandbox's (:mod:`~.cgroups`: a fork bomb cannot starve the next command); cpu/memory limits
 are not enforced.
-Requires root (overlay mounts), ``bwrap`` (Debian: ``apt-get install bubblewrap``), and
-util-linux's ``nsenter`` and ``setpriv``.
+Requires root (overlay mounts), Linux >= 5.19 (overlayfs over idmapped layers), ``bwrap``
+(Debian: ``apt-get install bubblewrap``), and util-linux's ``nsenter``, ``setpriv`` and
+``unshare``.
 
 The runtime is composed of one mixin per job: images (``images``), namespaces and launch
 (``launch``), overlay checkpoints (``checkpoints``), commands (``execs``) and files (``files``).
@@ -91,6 +92,7 @@ class ProcessRuntime(
         self.bwrap = bwrap or shutil.which("bwrap")
         self.nsenter = shutil.which("nsenter")
         self.setpriv = shutil.which("setpriv")
+        self.unshare = shutil.which("unshare")  # user namespaces of the idmapped mounts
         self._lock = threading.Lock()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._execs: dict[str, set[subprocess.Popen[bytes]]] = {}
@@ -102,8 +104,8 @@ class ProcessRuntime(
     def available(self) -> tuple[bool, str]:
         if not self.bwrap:
             return False, "bwrap not on PATH: apt-get install -y bubblewrap"
-        if not self.nsenter or not self.setpriv:
-            return False, "nsenter/setpriv (util-linux) not on PATH"
+        if not self.nsenter or not self.setpriv or not self.unshare:
+            return False, "nsenter/setpriv/unshare (util-linux) not on PATH"
         if os.geteuid() != 0:
             return False, "the process runtime mounts overlayfs and needs root"
         limits = self._cgroups.available()[1]
