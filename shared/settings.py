@@ -331,9 +331,16 @@ class SandboxSettings(ServiceSettings):
     )
     process_guest_uid: int = Field(
         100000, ge=1, le=(1 << 31) - 2,
-        description="Unprivileged host uid (and gid) a process-runtime sandbox runs as: its "
-        "root inside the sandbox's user namespace is this uid on the host, never root. Choose "
-        "one no host account uses.",
+        description="Unprivileged host uid (and gid) that owns process-runtime sandboxes' files "
+        "on disk; each sandbox runs as its own uid above it (process_guest_uids of them), which "
+        "is its root inside its user namespace, never root on the host. Choose a range no host "
+        "account uses.",
+    )  # fmt: skip
+    process_guest_uids: int = Field(
+        4096, ge=1, le=1 << 20,
+        description="How many host uids above process_guest_uid are handed out, one per running "
+        "process-runtime sandbox (so at most this many run at once); a uid is freed when its "
+        "sandbox stops.",
     )  # fmt: skip
     process_usr_dirs: list[str] = Field(
         ["bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "include", "share"],
