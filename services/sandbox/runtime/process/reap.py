@@ -2,8 +2,10 @@
 
 A sandbox of this instance is known by its overlays: they are mounted at its workdir
 (``<data>/sandbox/vms/<id>/mnt/{root,usr}``) and bound into its stage
-(``/run/k3stack-process/<id>/…``) with an ``upperdir`` under this instance's data folder, so
-another instance's stages (another data folder) never match. Its holder is the ``bwrap`` whose
+(``/run/k3stack-process/<id>/…``) with an ``upperdir`` under this instance's data folder — or,
+with per-sandbox uids, under the idmapped bind of that folder
+(``/run/k3stack-process/.idmap/<id>/rw``), counted only when ``<data>/sandbox/vms/<id>`` is this
+instance's — so another instance's stages (another data folder) never match. Its holder is the ``bwrap`` whose
 command line binds that stage; the sandbox's processes die with the holder's child, the init
 of its PID namespace.
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 def mounted_sandboxes(data: Path, stage_root: Path) -> set[str]:
     """Ids of sandboxes whose overlays, made from ``data`` (``<data_dir>/sandbox``), are
     mounted in their workdir or stage."""
-    vms, out = data / "vms", set()
+    vms, idmaps, out = data / "vms", stage_root / ".idmap", set()
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -30,7 +32,13 @@ def mounted_sandboxes(data: Path, stage_root: Path) -> set[str]:
         fields, sup = pre.split(), post.split()
         if len(fields) < 5 or len(sup) < 3 or sup[0] != "overlay":
             continue
-        if f"upperdir={vms}/" not in sup[2]:
+        upper = next(
+            (o[len("upperdir=") :] for o in sup[2].split(",") if o.startswith("upperdir=")), ""
+        )
+        if upper.startswith(f"{idmaps}/"):
+            if not (vms / Path(upper).relative_to(idmaps).parts[0]).is_dir():
+                continue  # another instance's sandbox
+        elif not upper.startswith(f"{vms}/"):
             continue
         point = Path(fields[4].replace("\\040", " "))
         for parent in (stage_root, vms):

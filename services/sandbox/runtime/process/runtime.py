@@ -52,6 +52,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
 )
 from services.sandbox.runtime.portforward import PortForwarder
+from services.sandbox.runtime.process import idmap
 from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.checkpoints import CheckpointsMixin
 from services.sandbox.runtime.process.confine import child_confiner
@@ -135,6 +136,8 @@ class ProcessRuntime(
             self._unstage(sid)
             for ov in reversed(OVERLAYS):
                 _umount(self.root.parent / "vms" / sid / "mnt" / ov)
+            idmap.unbind_all(STAGE_ROOT / ".idmap" / sid)
+            self._uids.release(self._uids.held_by(sid), sid)
         return {"sandboxes": len(orphans)}
 
     def close(self) -> None:
