@@ -536,7 +536,9 @@ class Settings(BaseSettings):
         10.0, ge=0, description="How often a service looks for jobs whose worker died (0 = off)."
     )
     http_timeout_s: float = Field(
-        30.0, gt=0, description="Default timeout of inter-service HTTP calls."
+        30.0,
+        gt=0,
+        description="Default timeout of inter-service HTTP calls on an idle host; each call scales it by the host's load per core (1-minute average, 1x to 8x: shared/load.py).",
     )
     http_retries: int = Field(
         3, ge=0, le=10, description="Retries of idempotent inter-service calls."

@@ -47,6 +47,7 @@ from services.sandbox.runtime.base import (
 from services.sandbox.runtime.microvm.jail import Jail, remove_cgroups, vm_cgroups
 from services.sandbox.runtime.microvm.memory import shm_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
+from shared.load import load_per_core, load_scaled
 
 QEMU = "qemu-system-x86_64"
 KERNEL_CMDLINE = "console=ttyS0 quiet panic=-1 init_on_free=1 tsc=reliable"
@@ -56,18 +57,13 @@ guest TSC ticks at the host's rate, and on a loaded host the PIT calibration fai
 stalls without a clocksource; telling the kernel the frequency skips the calibration."""
 
 BOOT_TIMEOUT_S = 90.0  # K3STACK_SANDBOX__BOOT_TIMEOUT_S's default: an idle host's budget
-MAX_LOAD_SCALE = 8.0
 
 
 def boot_budget(base_s: float = BOOT_TIMEOUT_S) -> tuple[float, float]:
     """``(seconds, load per core)``: the boot wait on this host now. A guest under TCG competes
     with everything else for the cores, so a fixed wait that holds on an idle host fails on a
-    busy one; the budget grows with the load average per core (1-minute) above 1, to 8x."""
-    try:
-        load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        load = 1.0
-    return base_s * min(MAX_LOAD_SCALE, max(1.0, load)), load
+    busy one; the budget grows with the load per core above 1, to 8x (``shared/load.py``)."""
+    return load_scaled(base_s), load_per_core()
 
 
 def host_tsc_khz() -> int | None:
