@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -41,6 +40,7 @@ from services.sandbox.pagestore import write_sparse_file
 from services.sandbox.runtime.base import GuestAgentError, RuntimeUnavailable, SandboxSpec
 from services.sandbox.runtime.microvm.memory import shm_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
+from services.sandbox.runtime.sockets import connect_unix
 
 QEMU = "qemu-system-x86_64"
 KERNEL_CMDLINE = "console=ttyS0 quiet panic=-1 init_on_free=1 tsc=reliable"
@@ -216,16 +216,10 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
 
 def connect_agent(path: Path, timeout_s: float) -> AgentClient:
     deadline = time.monotonic() + timeout_s
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(str(path))
-            break
-        except OSError:
-            sock.close()
-            if time.monotonic() > deadline:
-                raise GuestAgentError(f"agent socket {path} did not appear") from None
-            time.sleep(0.005)
+    try:
+        sock = connect_unix(str(path), timeout_s)
+    except OSError:
+        raise GuestAgentError(f"agent socket {path} did not appear") from None
     client = AgentClient(sock)
     client.sync(timeout_s=max(1.0, deadline - time.monotonic()), retry_s=0.2)
     return client
