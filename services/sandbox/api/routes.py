@@ -49,6 +49,7 @@ from services.sandbox.api.schemas import (
 from services.sandbox.api.tokens import access_token, traffic_token
 from services.sandbox.lifecycle.errors import SandboxError
 from services.sandbox.lifecycle.manager import SandboxManager
+from shared import sse as sse_wire
 from shared.errors import APIError, Error
 
 router = APIRouter()
@@ -366,7 +367,7 @@ async def exec_command_stream(
     async def body_iter() -> AsyncIterator[bytes]:
         async for ev in events:
             line = json.dumps(ev.model_dump(), separators=(",", ":"))
-            yield f"event: {ev.kind}\ndata: {line}\n\n".encode() if sse else line.encode() + b"\n"
+            yield sse_wire.event(line, ev.kind).encode() if sse else line.encode() + b"\n"
 
     return StreamingResponse(
         body_iter(), media_type="text/event-stream" if sse else "application/x-ndjson"

@@ -27,9 +27,11 @@ import time
 from pathlib import Path
 
 import httpx
+import tenacity
 
 from services.model.serving.backends.openai_proxy import OpenAIProxyBackend
 from shared.settings import ModelSettings
+from shared.until import until_async
 
 log = logging.getLogger("k3stack.model.sglang")
 
@@ -167,32 +169,29 @@ class SGLangBackend(OpenAIProxyBackend):
 
     async def _wait_ready(self) -> None:
         assert self._proc is not None
-        root = self.base_url.removesuffix("/v1")
-        started = time.monotonic()
-        last_note = started
+        proc, root, started = self._proc, self.base_url.removesuffix("/v1"), time.monotonic()
+
         async with httpx.AsyncClient(timeout=5.0) as client:
-            while True:
-                code = self._proc.poll()
-                if code is not None:
+
+            async def healthy() -> bool:
+                if (code := proc.poll()) is not None:
                     raise SGLangUnavailable(
                         f"the SGLang server exited with {code} during start-up:\n{self._tail()}"
                     )
-                try:
-                    if (await client.get(f"{root}/health")).status_code == 200:
-                        log.info("SGLang ready in %.0fs", time.monotonic() - started)
-                        return
-                except httpx.HTTPError:
-                    pass
-                now = time.monotonic()
-                if now - started > self.startup_timeout_s:
-                    await self.stop()
-                    raise SGLangUnavailable(
-                        f"SGLang not ready after {self.startup_timeout_s:.0f}s:\n{self._tail()}"
-                    )
-                if now - last_note > 15:
-                    last_note = now
-                    log.info("waiting for SGLang (%.0fs so far)...", now - started)
-                await asyncio.sleep(1.0)
+                return (await client.get(f"{root}/health")).status_code == 200
+
+            def note(state: tenacity.RetryCallState) -> None:
+                if state.attempt_number % 15 == 0:
+                    log.info("waiting for SGLang (%.0fs so far)...", time.monotonic() - started)
+
+            if await until_async(healthy, self.startup_timeout_s, 1.0, errors=(httpx.HTTPError,),
+                                 before_sleep=note):  # fmt: skip
+                log.info("SGLang ready in %.0fs", time.monotonic() - started)
+                return
+        await self.stop()
+        raise SGLangUnavailable(
+            f"SGLang not ready after {self.startup_timeout_s:.0f}s:\n{self._tail()}"
+        )
 
     def _tail(self, lines: int = 30) -> str:
         if self._log_path is None or not self._log_path.exists():

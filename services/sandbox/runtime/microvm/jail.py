@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import tenacity
+
 log = logging.getLogger(__name__)
 
 FALLBACK_IDS = (65534, 65534)
@@ -212,22 +214,26 @@ def vm_cgroups(instance: str, tag: str, memory_mb: int, cpus: int) -> list[Path]
 
 
 def remove_cgroups(cgroups: list[Path], wait_s: float = 5.0) -> None:
-    """Remove a VM's cgroups once its processes are gone (killing what is left)."""
+    """Remove a VM's cgroups once its processes are gone (killing what is left): each removal
+    tried again every 20 ms while the cgroup is busy, until ``wait_s`` in all is over."""
     deadline = time.monotonic() + wait_s
     for cg in cgroups:
-        while cg.exists():
-            with contextlib.suppress(OSError):
-                for pid in (cg / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError, ValueError):
-                        os.kill(int(pid), signal.SIGKILL)
-            try:
-                cg.rmdir()
-            except FileNotFoundError:
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
+        if cg.exists():
+            tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(OSError),
+                stop=tenacity.stop_after_delay(max(0.0, deadline - time.monotonic())),
+                wait=tenacity.wait_fixed(0.02),
+                retry_error_callback=lambda _: None,  # still busy: left as it is
+            )(_empty_and_remove, cg)
+
+
+def _empty_and_remove(cg: Path) -> None:
+    with contextlib.suppress(OSError):
+        for pid in (cg / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):  # gone already
+        cg.rmdir()
 
 
 def instance_cgroups(instance: str) -> list[Path]:

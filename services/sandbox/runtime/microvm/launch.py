@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -47,6 +46,7 @@ from services.sandbox.runtime.base import (
 from services.sandbox.runtime.microvm.jail import Jail, remove_cgroups, vm_cgroups
 from services.sandbox.runtime.microvm.memory import shm_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
+from services.sandbox.runtime.sockets import connect_unix
 from shared.load import load_per_core, load_scaled
 
 QEMU = "qemu-system-x86_64"
@@ -248,16 +248,10 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
 
 def connect_agent(path: Path, timeout_s: float) -> AgentClient:
     deadline = time.monotonic() + timeout_s
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(str(path))
-            break
-        except OSError:
-            sock.close()
-            if time.monotonic() > deadline:
-                raise GuestAgentError(f"agent socket {path} did not appear") from None
-            time.sleep(0.005)
+    try:
+        sock = connect_unix(str(path), timeout_s)
+    except OSError:
+        raise GuestAgentError(f"agent socket {path} did not appear") from None
     client = AgentClient(sock)
     client.sync(timeout_s=max(1.0, deadline - time.monotonic()), retry_s=0.2)
     return client

@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tenacity
+
 from services.sandbox.guest.protocol import AgentClient
 from services.sandbox.images.builder import Image, get_image, sandbox_cache_dir
 from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore, PageStores
@@ -622,18 +624,19 @@ class MicroVMRuntime(Runtime):
         if vm is not None:  # a fresh checkpoint: its pages are copied into a prewarmed QEMU
             base = None
         t2 = time.perf_counter()
+        tries = tenacity.Retrying(  # three: another process may evict the base meanwhile
+            stop=tenacity.stop_after_attempt(3),
+            retry=tenacity.retry_if_exception_type(FileNotFoundError),
+            reraise=True,
+        )
         try:
-            for attempt in range(3 if vm is None else 0):
-                if base is not None:
-                    assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
-                t2 = time.perf_counter()
-                try:
+            for attempt in tries if vm is None else ():
+                with attempt:
+                    if base is not None:
+                        assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
+                    t2 = time.perf_counter()
                     vm, pooled = self._take_vm(image, ck.spec, accel,
                                                disk.active if disk else None, base)  # fmt: skip
-                    break
-                except FileNotFoundError:  # another process evicted the base meanwhile
-                    if attempt == 2:
-                        raise
         except Exception:
             if disk:
                 disks.remove_disk(disk)
