@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
 from services.orchestrator.admission import check_task
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
@@ -55,7 +56,8 @@ def post_episode(body: EpisodeCreate, request: Request) -> Episode:
     """Queue an episode (task + harness + policy + budgets); poll ``GET /episodes/{id}``."""
     harness = _check_request(body, request)
     db = request.app.state.db
-    episode_id = create_episode(db, body, request.app.state.enqueue, harness)
+    driver = DRIVERS.for_harness(harness)  # picked once, stored with the episode
+    episode_id = create_episode(db, body, request.app.state.enqueue, harness, driver)
     return _view(db, episode_id)
 
 

@@ -75,7 +75,7 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
     """The platform's versioned trajectory (``shared.trajectory``) from an episode's items:
     model calls with their observations and request options, compaction boundaries carrying
     the new context, the score as metadata and exit."""
-    from services.orchestrator.installed.exchanges import add_exchange
+    from services.orchestrator.exchanges import add_exchange
     from shared.chat import ChatMessage, ToolDefinition, Usage
     from shared.trajectory import EventResult, Generation, Trajectory
 
