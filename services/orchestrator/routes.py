@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
@@ -19,6 +17,7 @@ from services.orchestrator.harness.memory import harness_skills, memory_problem
 from services.orchestrator.report import render_report
 from services.orchestrator.tools.builtin import UnknownTools, check_tool_names
 from shared.contracts.orchestrator import HarnessFidelity
+from shared.db import ServiceDatabase
 from shared.errors import bad_request, not_found
 from shared.trajectory import Trajectory
 
@@ -76,7 +75,7 @@ def get_episode(episode_id: str, request: Request) -> Episode:
     return view
 
 
-def _view(db: Any, episode_id: str) -> Episode | None:
+def _view(db: ServiceDatabase, episode_id: str) -> Episode | None:
     with db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         return None if row is None else episode_view(row)
