@@ -176,7 +176,7 @@ def main() -> None:
 
             timings: dict[str, list[float]] = {"pause": [], "resume": []}
             for name in ("_pause", "_resume"):
-                orig = getattr(sample_mod.SampleRunner, name)
+                orig = getattr(sample_mod.SampleDriver, name)
 
                 def timed(self, *a, _orig=orig, _key=name[1:]):  # type: ignore[no-untyped-def]
                     t0 = time.monotonic()
@@ -185,7 +185,7 @@ def main() -> None:
                     finally:
                         timings[_key].append(time.monotonic() - t0)
 
-                setattr(sample_mod.SampleRunner, name, timed)
+                setattr(sample_mod.SampleDriver, name, timed)
             short = {**task, "instruction": "Say done. turns=1"}
             long = {**task, "instruction": f"Take notes. turns={4 * args.turns}"}
             if not real:  # λ: the short half finishes, the long half pauses

@@ -130,7 +130,7 @@ def test_kimi_config_is_valid_for_the_real_binary(tmp_path):
 def test_a_tool_result_finds_its_call_when_the_cli_rewrote_the_id():
     """OpenClaw sends a call's id back without its non-alphanumerics (``call_ab`` -> ``callab``):
     the result is still that call's observation (else its ATIF steps had none)."""
-    from services.orchestrator.installed.exchanges import add_exchange
+    from services.orchestrator.exchanges import add_exchange
     from shared.trajectory import Trajectory
 
     traj, pending = Trajectory(id="ep_test"), set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner
@@ -26,7 +27,7 @@ def _run(orch_db, agent_services, harness: str):
          "policy": {"kind": "oracle"}, "budgets": {"max_wall_s": 800}}
     )  # fmt: skip
     episode_id = create_episode(orch_db, body, lambda _id: None)
-    EpisodeRunner(orch_db, agent_services, episode_id).run()
+    EpisodeRunner(orch_db, agent_services, episode_id, drivers=DRIVERS).run()
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         s.expunge(row)
