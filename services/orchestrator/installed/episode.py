@@ -40,7 +40,7 @@ import httpx
 from services.orchestrator.episode.state import EpisodeState, WorldLease
 from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.gateway import Route, Routes, serving
-from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, require
+from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, NotInstalled, require
 from services.orchestrator.installed.launch import (
     HOOKS,
     Endpoint,
@@ -265,7 +265,27 @@ class InstalledEpisode:
             s.get(EpisodeRow, r.id).sandbox_id = created.sandboxID
         guest = box.get(created.sandboxID).guest_addresses
         box.exec(created.sandboxID, ["mkdir", "-p", f"{GUEST_HOME}/.codex", GUEST_WORK])
+        self._require_inside(created.runtime)
         return {name: guest[dest] for name, dest in dests.items()}
+
+    def _require_inside(self, runtime: str) -> None:
+        """The CLI (and its pinned Node) must be inside the sandbox, else a named error, never
+        the day's exec ending rc 127: the agent cache is shared read-only into the process
+        runtime's sandboxes only (K3STACK_SANDBOX__PROCESS_RO_BINDS)."""
+        paths = [str(p) for p in (self.agent.binary_path(), *self.agent.path_dirs())]
+        out = self.r.svc.sandbox.exec(
+            self.sandbox_id, ["sh", "-c", 'for p; do [ -e "$p" ] || echo "$p"; done', "sh", *paths],
+            timeout=60,
+        )  # fmt: skip
+        missing = out.stdout.split() if out.exit_code == 0 else paths
+        if missing:
+            raise NotInstalled(
+                f"{self.agent.package}@{self.agent.version} is not inside the episode's {runtime} "
+                f"sandbox (missing there: {', '.join(missing)}): the agent cache "
+                f"{self.agent.prefix().parent} is shared read-only into the process runtime's "
+                "sandboxes only (K3STACK_SANDBOX__PROCESS_RO_BINDS); run the sandbox service with "
+                "K3STACK_SANDBOX__RUNTIME=process (development only, no isolation boundary)"
+            )
 
     @staticmethod
     def _mcp_servers(tools: str, world: WorldLease, apps: list[str]) -> list[MCPServer]:
