@@ -203,3 +203,26 @@ def test_setup_reads_the_pins_from_the_specs():
     want = [(a.kind, a.name, a.package, a.version, a.install.node) for a in ALL]
     want.append(("node", "node", NODE.package, NODE.version, "system"))
     assert listed == sorted(want)
+
+
+def test_the_sixth_cli_is_its_spec_file_alone(tmp_path):
+    """Qwen Code: its spec is all there is (no preset file, no code): its harness, command lines
+    and settings come from the one file."""
+    from services.orchestrator.harness.config import PRESETS_DIR, load_harness
+
+    agent = AGENTS["qwen-code-cli"]
+    assert not (PRESETS_DIR / "qwen-code-cli.yaml").exists()
+    harness = load_harness("qwen-code-cli")
+    assert harness.kind == "installed" and harness.budgets.steps_per_day == 60
+    endpoint = Endpoint("http://gw/episodes/e", "tok", "k3", 32768)
+    mcp = [MCPServer("gmail", "http://t/mcp/gmail", {"Authorization": "Bearer w"})]
+    day = invocation(agent, endpoint, tmp_path, tmp_path, "Do it.", "u-1", mcp=mcp)
+    assert day.argv[-3:] == ["--session-id", "u-1", "Do it."]
+    assert day.env["OPENAI_BASE_URL"] == "http://gw/episodes/e/v1"
+    assert day.env["PATH"].startswith(str(NODE.binary_path().parent))
+    settings = json.loads((tmp_path / ".qwen" / "settings.json").read_text())
+    assert settings["mcpServers"]["gmail"]["httpUrl"] == "http://t/mcp/gmail"
+    assert settings["mcpServers"]["gmail"]["headers"] == {"Authorization": "Bearer w"}
+    assert settings["tools"]["toolSearch"]["enabled"] is False
+    later = invocation(agent, endpoint, tmp_path, tmp_path, "Next.", "u-1", resume=True, mcp=mcp)
+    assert later.argv[-3:] == ["--resume", "u-1", "Next."]
