@@ -26,7 +26,6 @@ dead or slow endpoint) ends ``agent_no_tools``, a failed job, never a "done" tha
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 import uuid
@@ -45,30 +44,28 @@ from services.orchestrator.episode.recorder import EpisodeRecorder
 from services.orchestrator.episode.state import EpisodeState, WorldLease
 from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.gateway import Route, Routes, serving
-from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, require
+from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, NotInstalled, require
 from services.orchestrator.installed.launch import (
-    BUNDLED_CATALOG,
-    QUIET_ENV,
+    HOOKS,
     Endpoint,
     Invocation,
     MCPServer,
-    claude_invocation,
-    codex_invocation,
-    hermes_invocation,
-    kimi_invocation,
-    openclaw_invocation,
+    invocation,
+    probe_env,
     relocate,
 )
+from services.orchestrator.installed.parsers import PARSERS, parse_output, parse_text
 from services.orchestrator.tools.mcp import scenario_apps
 from shared.clients import SandboxClient
 
 if TYPE_CHECKING:
     from services.orchestrator.installed.oracle import OracleEngine
 
+__all__ = ["Day", "InstalledDriver", "outcome", "parse_output", "parse_text", "run_in_sandbox"]
+
 GUEST_HOME = "/root/agent"
 GUEST_WORK = "/root/work"
 ENDS = {a.preset: a.ends for a in ALL}
-_SESSION_LINE = re.compile(r"^session_id:\s*(\S+)\s*$")
 
 
 @dataclass
@@ -79,42 +76,6 @@ class Day:
     timed_out: bool = False
     wall_s: float = 0.0
     stderr_tail: str = ""
-
-
-def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """JSON lines, or one JSON document over many lines (OpenClaw's envelope, as an
-    ``envelope`` event)."""
-    events, garbage = [], []
-    for line in stdout.splitlines():
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            garbage.append(line[:200])
-            continue
-        (events if isinstance(value, dict) else garbage).append(value)
-    if garbage:  # not JSON lines: perhaps one document over many lines
-        try:
-            whole = json.loads(stdout)
-        except json.JSONDecodeError:
-            whole = None
-        if isinstance(whole, dict):
-            return [{**whole, "type": "envelope"}], []
-    return events, garbage
-
-
-def parse_text(stdout: str, stderr: str = "") -> tuple[list[dict[str, Any]], list[str]]:
-    """A text stdout (Hermes's quiet mode): the final text as one ``text`` event, and the last
-    ``session_id: ID`` line (Hermes prints it on stderr) as a ``session`` event, its end of
-    turn; never garbage."""
-    lines = stdout.rstrip().splitlines()
-    found = [m for m in map(_SESSION_LINE.match, (stdout + "\n" + stderr).splitlines()) if m]
-    text = "\n".join(ln for ln in lines if not _SESSION_LINE.match(ln)).strip()
-    events: list[dict[str, Any]] = [{"type": "text", "text": text[-4000:]}] if text else []
-    if found:
-        events.append({"type": "session", "session_id": found[-1].group(1)})
-    return events, []
 
 
 def outcome(preset: str, day: Day) -> Outcome | None:
@@ -182,10 +143,7 @@ def run_in_sandbox(
             pidfile.unlink(missing_ok=True)
     if rc is not None and rc > 128:
         rc = 128 - rc
-    if inv.text_output:
-        events, garbage = parse_text("".join(out), "".join(err))
-    else:
-        events, garbage = parse_output("".join(out))
+    events, garbage = PARSERS[inv.parser]("".join(out), "".join(err))
     tail = "".join(err)[-2000:]
     return Day(rc, events, garbage, timed_out, time.monotonic() - started, tail)
 
@@ -211,7 +169,7 @@ class InstalledDriver:
         self.oracle: OracleEngine | None = None
         self._oracle_seen = -1
         self.sandbox_id = ""
-        self._bundled: str | None = None  # Codex's catalogue, as its binary prints it
+        self._probes: dict[str, str] = {}  # each hook's probe, as the binary printed it
         self.model: str | None = None  # the served model's name (set with the route)
         self._open = ExitStack()  # the gateway, served for the run
         self._world: World | None = None
@@ -341,7 +299,27 @@ class InstalledDriver:
         self.rec.lease(sandbox_id=created.sandboxID)
         guest = box.get(created.sandboxID).guest_addresses
         box.exec(created.sandboxID, ["mkdir", "-p", f"{GUEST_HOME}/.codex", GUEST_WORK])
+        self._require_inside(created.runtime)
         return {name: guest[dest] for name, dest in dests.items()}
+
+    def _require_inside(self, runtime: str) -> None:
+        """The CLI (and its pinned Node) must be inside the sandbox, else a named error, never
+        the day's exec ending rc 127: the agent cache is shared read-only into the process
+        runtime's sandboxes only (K3STACK_SANDBOX__PROCESS_RO_BINDS)."""
+        paths = [str(p) for p in (self.agent.binary_path(), *self.agent.path_dirs())]
+        out = self.svc.sandbox.exec(
+            self.sandbox_id, ["sh", "-c", 'for p; do [ -e "$p" ] || echo "$p"; done', "sh", *paths],
+            timeout=60,
+        )  # fmt: skip
+        missing = out.stdout.split() if out.exit_code == 0 else paths
+        if missing:
+            raise NotInstalled(
+                f"{self.agent.package}@{self.agent.version} is not inside the episode's {runtime} "
+                f"sandbox (missing there: {', '.join(missing)}): the agent cache "
+                f"{self.agent.prefix().parent} is shared read-only into the process runtime's "
+                "sandboxes only (K3STACK_SANDBOX__PROCESS_RO_BINDS); run the sandbox service with "
+                "K3STACK_SANDBOX__RUNTIME=process (development only, no isolation boundary)"
+            )
 
     @staticmethod
     def _mcp_servers(tools: str, world: WorldLease, apps: list[str]) -> list[MCPServer]:
@@ -384,53 +362,37 @@ class InstalledDriver:
         staging.mkdir(parents=True)
         cwd = Path(GUEST_WORK)
         resume = state.day > 1 or state.days_run > 0
-        if self.preset == "claude-code-cli":
-            inv = claude_invocation(
-                self.agent, endpoint, staging, cwd, prompt, state.session_id, resume=resume,
-                mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
-            )  # fmt: skip
-        elif self.preset == "kimi-code-cli":
-            inv = kimi_invocation(
-                self.agent, endpoint, staging, cwd, prompt,
-                state.thread_id if resume else None, mcp=mcp,
-                max_turns=self.harness.budgets.steps_per_day,
-            )  # fmt: skip
-        elif self.preset == "hermes-cli":
-            inv = hermes_invocation(
-                self.agent, endpoint, staging, cwd, prompt,
-                state.thread_id if resume else None, mcp=mcp,
-                max_turns=self.harness.budgets.steps_per_day,
-            )  # fmt: skip
-        elif self.preset == "openclaw-cli":
-            inv = openclaw_invocation(
-                self.agent, endpoint, staging, cwd, prompt, state.session_id, mcp=mcp,
-                timeout_s=max(60, int(left)),
-            )  # fmt: skip
-        else:
-            thread = state.thread_id if resume else None
-            inv = codex_invocation(
-                self.agent, endpoint, staging, cwd, prompt, thread, mcp=mcp,
-                bundled=self._codex_catalog(),
-            )  # fmt: skip
+        # the episode's own id every day, or the one the CLI reported (spec: session)
+        own = self.agent.session is None
+        session = state.session_id if own else (state.thread_id if resume else None)
+        inv = invocation(
+            self.agent, endpoint, staging, cwd, prompt, session, resume=resume, mcp=mcp,
+            max_turns=self.harness.budgets.steps_per_day, timeout_s=int(left),
+            probes=self._run_probes(),
+        )  # fmt: skip
         inv, files = relocate(inv, staging, GUEST_HOME)
         for path, text in files.items():
             box.write_file(self.sandbox_id, path, text)
         return run_in_sandbox(box, self.sandbox_id, inv, left, self.home / "agent.pid")
 
-    def _codex_catalog(self) -> str:
-        """Codex's bundled model catalogue, printed by its binary in the sandbox (once)."""
-        if self._bundled is None:
+    def _run_probes(self) -> dict[str, str]:
+        """Each hook's probe (Codex's bundled catalogue), run by the binary in the sandbox
+        (once an episode)."""
+        for name in self.agent.hooks:
+            if name in self._probes:
+                continue
             out = self.svc.sandbox.exec(
-                self.sandbox_id, [str(self.agent.binary_path()), *BUNDLED_CATALOG], timeout=120,
-                env={"HOME": GUEST_HOME, "CODEX_HOME": f"{GUEST_HOME}/.codex", **QUIET_ENV},
+                self.sandbox_id, [str(self.agent.binary_path()), *HOOKS[name].probe],
+                timeout=120, env=probe_env(self.agent, name, GUEST_HOME),
             )  # fmt: skip
             if out.exit_code != 0:
-                raise RuntimeError(f"codex {' '.join(BUNDLED_CATALOG)}: {out.stderr[-500:]}")
-            self._bundled = out.stdout
-        return self._bundled
+                raise RuntimeError(f"{name}: {' '.join(HOOKS[name].probe)}: {out.stderr[-500:]}")
+            self._probes[name] = out.stdout
+        return self._probes
 
     def _record_day(self, state: EpisodeState, day: Day, bad: Outcome | None) -> None:
-        kind, key = self.agent.session_event or ("", "")
+        said = self.agent.session
+        kind, key = (said.event, said.field) if said else ("", "")
         for ev in day.events:  # the session a later day resumes (Codex, Kimi Code, Hermes)
             if kind and ev.get("type") == kind and ev.get(key):
                 state.thread_id = str(ev[key])
