@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner
 from services.orchestrator.episode.schema import EpisodeCreate
@@ -35,7 +36,7 @@ def test_a_cli_missing_inside_the_sandbox_is_named(orch_db, agent_services, tmp_
         "policy": {"kind": "oracle"}, "budgets": {"max_wall_s": 120},
     })  # fmt: skip
     episode_id = create_episode(orch_db, body, lambda _id: None)
-    EpisodeRunner(orch_db, agent_services, episode_id).run()
+    EpisodeRunner(orch_db, agent_services, episode_id, drivers=DRIVERS).run()
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         status, code, message = row.status, row.error_code, row.error_message or ""
