@@ -195,6 +195,7 @@ class EpisodeRunner:
                 request = EpisodeCreate.model_validate(row.request)
                 state = self.journal.load(s)
             harness = self._harness(request)
+            self._emit("attempt", {"attempt": job.attempt})  # the report marks each start
             for k, v in request.budgets.model_dump(exclude_none=True).items():
                 setattr(harness.budgets, k, v)
             if harness.kind == "installed":  # the real CLI drives the days (its own module)
@@ -210,7 +211,7 @@ class EpisodeRunner:
             self._segment = state.segment
             rt = self._runtime(request, harness, state)
             self._check_fits(rt, state)
-            loop = Loop(rt, state, self._emit)
+            loop = Loop(rt, state, self._emit, check_evidence=True)
             self.max_steps = harness.budgets.max_steps
             self._persist(state)  # the runtime's one-time items; a cancel stops here
             while not loop.done:
