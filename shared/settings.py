@@ -417,6 +417,12 @@ class OrchestratorSettings(ServiceSettings):
         description="Where scripts/setup_agents.sh installs the real agent CLIs (default "
         "/var/cache/k3stack/agents as root, else ~/.cache/k3stack/agents).",
     )
+    check_evidence: bool = Field(
+        True,
+        description="Record on each world call and clock move of an episode the checks' "
+        "verdicts it flipped (one read of the world's checks each), so the report puts each "
+        "verdict on the call that decided it; off, verdicts go to the end of their day.",
+    )
 
 
 class Settings(BaseSettings):

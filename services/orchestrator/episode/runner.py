@@ -211,7 +211,8 @@ class EpisodeRunner:
             self._segment = state.segment
             rt = self._runtime(request, harness, state)
             self._check_fits(rt, state)
-            loop = Loop(rt, state, self._emit, check_evidence=True)
+            evidence = self.svc.settings.orchestrator.check_evidence
+            loop = Loop(rt, state, self._emit, check_evidence=evidence)
             self.max_steps = harness.budgets.max_steps
             self._persist(state)  # the runtime's one-time items; a cancel stops here
             while not loop.done:
