@@ -321,8 +321,10 @@ class Loop:
         """The verdicts an action flipped (and, read anew after a restart, all of them before
         it, so a reader never credits an action with a flip it did not see)."""
         self._seen = None
+        if before is None:  # unrecorded: the next record starts with a fresh read
+            return None
         now = self._check_status()
-        if before is None or now is None:
+        if now is None:
             return None
         old, fetched = before
         out: dict[str, Any] = {"flipped": {k: v for k, v in now[0].items() if old.get(k) != v}}
