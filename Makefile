@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup system venv lint format bench clean help docs stress openapi e2e
+.PHONY: demo test setup system venv lint format bench clean help docs stress soak openapi e2e
 
 help:
 	@echo "make demo   - install what is missing, start k3stack (embedded mode), run the main job, stop"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench  - run the benchmark scripts under bench/"
 	@echo "make docs   - regenerate the configuration page (docs/configuration.md)"
 	@echo "make stress - the whole suite with every core kept busy by a CPU burner (flakiness check)"
+	@echo "make soak   - the whole platform under a mix of work with faults; SOAK_ARGS=\"--minutes 20\" (report: soak-report.html)"
 	@echo "make openapi - regenerate the services' committed OpenAPI snapshots"
 	@echo "make e2e    - the whole platform under docker compose on this host's Docker Engine, tested"
 
@@ -55,6 +56,10 @@ demo: setup
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The whole platform under load with faults (scripts/soak.py; SOAK_ARGS="--minutes 20 --concurrency 4").
+soak: setup
+	$(PY) scripts/soak.py $(SOAK_ARGS)
 
 stress:
 	@bash scripts/stress_test.sh $(PYTEST_ARGS)

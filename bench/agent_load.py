@@ -18,36 +18,23 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
+from httpx_sse import EventSource
 from openai import OpenAI
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string"},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-        "units": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        "note": {"type": "string"},
-    },
-    "required": ["city", "days", "units"],
-}
-SEARCH = {
-    "type": "object",
-    "properties": {"query": {"type": "string"}, "filters": {"type": "array", "items": {}}},
-    "required": ["query"],
-}
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "search", "parameters": SEARCH}},
-]
-SCHEMAS = {"get_weather": WEATHER, "search": SEARCH}
-ASK = [{"role": "user", "content": "Weather in Paris for three days, and search the news."}]
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# the forced-call fixture of the test that checks the same outcomes at small counts
+from tests.model.test_structured_budget import ASK, SCHEMAS, TOOLS  # noqa: E402
 
 
 def serve(**model: Any) -> tuple[str, Any]:
@@ -141,8 +128,8 @@ def one_token_chat(url: str) -> tuple[float, float]:
         json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "stream": True,
               "reasoning_effort": "none"},
     ) as r:  # fmt: skip
-        for line in r.iter_lines():
-            if first is None and '"content"' in line and '""' not in line:
+        for event in EventSource(r).iter_sse():
+            if first is None and '"content"' in event.data and '""' not in event.data:
                 first = time.monotonic() - started
     total = time.monotonic() - started
     return first or total, total

@@ -57,6 +57,7 @@ def per_step(steps: int, tmp: Path) -> tuple[float, float]:
     from services.orchestrator.episode.schema import EpisodeCreate
     from services.orchestrator.episode.service import create_episode
     from services.orchestrator.episode.state import initial_state
+    from services.orchestrator.episode.whitebox import LoopDriver
     from services.orchestrator.harness.config import load_harness
     from services.orchestrator.tools.base import ToolSet
     from services.orchestrator.tools.builtin import CATALOGUE, ToolContext
@@ -94,10 +95,14 @@ def per_step(steps: int, tmp: Path) -> tuple[float, float]:
         small.budgets.max_steps = n
         episode_id = create_episode(db, small, lambda _id: None)
         runner = EpisodeRunner(db, svc, episode_id, policy=policy)
-        runner._counter = lambda request: ApproxTokenCounter()  # no model service here
-        t = time.perf_counter()
-        runner.run()
-        return (time.perf_counter() - t) * 1000 / n
+        real_counter = LoopDriver.token_counter
+        LoopDriver.token_counter = lambda self, request: ApproxTokenCounter()  # type: ignore[method-assign] # no model service here
+        try:
+            t = time.perf_counter()
+            runner.run()
+            return (time.perf_counter() - t) * 1000 / n
+        finally:
+            LoopDriver.token_counter = real_counter  # type: ignore[method-assign]
 
     timed(5)  # warm-up: imports, first connections
     full_ms = timed(steps)
@@ -228,6 +233,7 @@ def scenario_step(scenario: str, tmp: Path) -> dict[str, float]:
     from services.orchestrator.db import open_database
     from services.orchestrator.episode.loop import Loop
     from services.orchestrator.episode.models import EpisodeRow
+    from services.orchestrator.episode.recorder import EpisodeRecorder
     from services.orchestrator.episode.runner import EpisodeRunner, Services
     from services.orchestrator.episode.schema import EpisodeCreate
     from services.orchestrator.episode.service import create_episode
@@ -253,7 +259,7 @@ def scenario_step(scenario: str, tmp: Path) -> dict[str, float]:
         http = {"s": 0.0, "n": 0, "tokenize": 0, "tokenize_s": 0.0, "mcp": 0, "mcp_s": 0.0}
         real_request, real_tick = httpx.Client.request, Loop.tick
         real_mcp = WorldMCP._session
-        real_persist = EpisodeRunner._persist
+        real_persist = EpisodeRecorder.persist
         ticks: list[tuple[float, float]] = []
         current = {"t": 0.0, "http": 0.0}
 
@@ -296,7 +302,7 @@ def scenario_step(scenario: str, tmp: Path) -> dict[str, float]:
 
         httpx.Client.request, Loop.tick = request, tick  # type: ignore[method-assign]
         WorldMCP._session = mcp_session  # type: ignore[method-assign]
-        EpisodeRunner._persist = persist  # type: ignore[method-assign]
+        EpisodeRecorder.persist = persist  # type: ignore[method-assign]
         try:
             episode_id = create_episode(db, body, lambda _id: None)
             t = time.perf_counter()
@@ -305,7 +311,7 @@ def scenario_step(scenario: str, tmp: Path) -> dict[str, float]:
         finally:
             httpx.Client.request, Loop.tick = real_request, real_tick  # type: ignore[method-assign]
             WorldMCP._session = real_mcp  # type: ignore[method-assign]
-            EpisodeRunner._persist = real_persist  # type: ignore[method-assign]
+            EpisodeRecorder.persist = real_persist  # type: ignore[method-assign]
         with db.session() as s:
             row = s.get(EpisodeRow, episode_id)
             status, steps, counter = row.status, row.state["step"], row.state.get("exit_reason")

@@ -13,7 +13,10 @@ random weights on CPU). Printed per policy: prefill tokens computed, hit rate (t
 prompt tokens), time-to-first-token summed over the trace against ``off`` (process CPU time, so
 other work on a shared machine does not swamp it), the peak checkpoint memory, the pool's bytes
 and the checkpoint slab's (KDA checkpoints live in right-sized slab slots, not pool pages; the
-slab has the cache's default size). Before the slab (a pool page per checkpoint) the ``--full``
+slab has the cache's default size, one slot per hash block the pool holds). Running requests'
+KDA states live in slots beside the pool too; ``--state-in-pages`` replays with the old layout
+(a pool page per running request's state), and ``--full`` also prints how many concurrent
+4K-token requests fit in the service's default pool under each layout, at the same bytes. Before the slab (a pool page per checkpoint) the ``--full``
 hybrid run read 86.3% at the default pool (133,152 tokens computed); ``--policies hybrid`` runs
 that row alone in a fraction of the time.
 
@@ -37,11 +40,11 @@ import time
 import torch
 
 from services.model.arch import K3Config, K3ForCausalLM
-from services.model.serving.checkpoint_slab import DEFAULT_SLAB_BYTES
 from services.model.serving.hybrid_cache import HybridPrefixCache
 from services.model.serving.offline import OfflineEngine
-from services.model.serving.pool import PagedPool
+from services.model.serving.pool import PagedPool, PoolExhausted
 from services.model.serving.runner import K3Runner
+from shared.settings import ModelSettings
 
 TURN_END = 7
 
@@ -71,8 +74,9 @@ def make_trace(args, seed: int):
 def replay(model, trace, policy: str, args) -> dict[str, float]:
     page = args.page_tokens
     pool = PagedPool.for_tokens(
-        model.config, max_tokens=args.pool_tokens, max_requests=2, page_tokens=page
-    )
+        model.config, max_tokens=args.pool_tokens, max_requests=2, page_tokens=page,
+        state_in_pages=args.state_in_pages,
+    )  # fmt: skip
     cache = None
     if policy == "hybrid":
         cache = HybridPrefixCache(
@@ -111,9 +115,59 @@ def replay(model, trace, policy: str, args) -> dict[str, float]:
         "ttft": ttft,
         "ckpt_bytes": peak_ckpt,
         "slab_bytes": cache.slab.nbytes if cache is not None else 0,
-        "pool_bytes": pool.storage.numel(),
+        "pool_bytes": pool_bytes(pool),
         "final_len": max(len(c) for c in convo.values()),
     }
+
+
+def pool_bytes(pool: PagedPool) -> int:
+    """Pages plus the state slots beside them (in the old layout the states are in pages)."""
+    return pool.storage.numel() + (0 if pool.state_in_pages else pool.state_raw.numel())
+
+
+def requests_that_fit(pool: PagedPool, tokens: int) -> int:
+    """How many requests of ``tokens`` tokens the pool holds at once (state and KV)."""
+    n = 0
+    try:
+        while True:
+            pool.reserve(pool.allocate(), tokens)
+            n += 1
+    except PoolExhausted:
+        return n
+
+
+def default_pool_fit(tokens: int = 4096) -> list[tuple[str, float, int]]:
+    """Concurrent ``tokens``-token requests in the service's default pool (default settings
+    and preset): ``(layout, MiB, requests)`` for the old layout (a KDA state per page) with the
+    default pool's pages, then states in slots: the default pool (``max_num_seqs`` slots), one
+    slot per page, and the old pool's bytes split into as many page-and-slot pairs as fit."""
+    s = ModelSettings()
+    config = K3Config.preset(s.preset)
+
+    def pool(pages: int, slots: int, in_pages: bool = False) -> PagedPool:
+        return PagedPool(
+            config, pages, max_requests=slots, page_tokens=s.page_tokens, device="meta",
+            state_in_pages=in_pages,
+        )  # fmt: skip
+
+    new = PagedPool.for_tokens(
+        config, max_tokens=s.max_pool_tokens, max_requests=s.max_num_seqs,
+        page_tokens=s.page_tokens, device="meta",
+    )  # fmt: skip
+    old = pool(new.num_pages, new.num_pages, in_pages=True)
+    pairs = pool_bytes(old) // (new.page_bytes + new.state_bytes)
+    rows = []
+    for layout, p in (
+        (f"state in pages: {old.num_pages} pages (before)", old),
+        (f"slots: default ({new.num_pages} pages, {s.max_num_seqs} slots)", new),
+        (
+            f"slots: {new.num_pages} pages, {new.num_pages} slots",
+            pool(new.num_pages, new.num_pages),
+        ),
+        (f"slots: before's bytes ({pairs} + {pairs})", pool(pairs, pairs)),
+    ):
+        rows.append((layout, pool_bytes(p) / 2**20, requests_that_fit(p, tokens)))
+    return rows
 
 
 def main() -> None:
@@ -136,8 +190,12 @@ def main() -> None:
     ap.add_argument("--preset", default=None, help="model preset (tiny; --full: tiny-micro)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--slab-bytes", type=int, default=DEFAULT_SLAB_BYTES,
-        help="the checkpoint slab's size (default: the cache's)",
+        "--slab-bytes", type=int, default=0,
+        help="the checkpoint slab's size (default 0: the cache's, sized from the model config)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--state-in-pages", action="store_true",
+        help="the old layout: each running request's KDA state in a pool page of its own",
     )  # fmt: skip
     ap.add_argument(
         "--policies", default="off,align-to-page,hybrid",
@@ -180,6 +238,17 @@ def main() -> None:
             f"{r['ckpt_bytes'] / 2**20:>9.2f} {r['pool_bytes'] / 2**20:>9.2f} "
             f"{r['slab_bytes'] / 2**20:>9.2f}"
         )
+    if args.full or args.state_in_pages:
+        s = ModelSettings()
+        print(
+            f"\nconcurrent 4K-token requests in the default pool ({s.preset}, "
+            f"max_pool_tokens {s.max_pool_tokens:,}, {s.page_tokens}-token pages, "
+            f"max_num_seqs {s.max_num_seqs}):"
+        )
+        print(f"{'layout':<44} {'MiB':>6} {'requests':>9} {'vs before':>10}")
+        fit = default_pool_fit()
+        for layout, mib, n in fit:
+            print(f"{layout:<44} {mib:>6.1f} {n:>9} {n / fit[0][2]:>10.2f}")
 
 
 if __name__ == "__main__":

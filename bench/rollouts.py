@@ -35,6 +35,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from shared.until import until  # noqa: E402 - after the path
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -57,14 +59,10 @@ def _service(name: str, data: Path, **env_extra: str) -> tuple[subprocess.Popen,
                             env=env, cwd=REPO, stdout=(data / "log").open("ab"),
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
+    healthy = until(lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200, 180, 0.3,
+                    errors=(httpx.HTTPError,))  # fmt: skip
+    if healthy:
+        return proc, url
     _stop(proc)
     raise RuntimeError(f"{name} did not start; see {data / 'log'}")
 
@@ -178,7 +176,7 @@ def main() -> None:
 
             timings: dict[str, list[float]] = {"pause": [], "resume": []}
             for name in ("_pause", "_resume"):
-                orig = getattr(sample_mod.SampleRunner, name)
+                orig = getattr(sample_mod.SampleDriver, name)
 
                 def timed(self, *a, _orig=orig, _key=name[1:]):  # type: ignore[no-untyped-def]
                     t0 = time.monotonic()
@@ -187,7 +185,7 @@ def main() -> None:
                     finally:
                         timings[_key].append(time.monotonic() - t0)
 
-                setattr(sample_mod.SampleRunner, name, timed)
+                setattr(sample_mod.SampleDriver, name, timed)
             short = {**task, "instruction": "Say done. turns=1"}
             long = {**task, "instruction": f"Take notes. turns={4 * args.turns}"}
             if not real:  # λ: the short half finishes, the long half pauses

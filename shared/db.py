@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -116,8 +117,25 @@ def migrate(
     folders of revisions in the same history (the tools service's apps keep theirs at home).
 
     Several replicas may start at once: on PostgreSQL they queue on an advisory lock keyed by
-    the service name; on SQLite the busy timeout serialises them.
+    the service name; on SQLite the busy timeout serialises them. Within one process, Alembic's
+    migration context is a module global: two upgrades at once (a thread pool's first tasks)
+    clobber each other's (``KeyError('config')``/``'script'``, the task lost), so every upgrade
+    in a process takes ``_MIGRATE_LOCK`` first.
     """
+    with _MIGRATE_LOCK:
+        _upgrade(engine, migrations_dir, service, revision, version_dirs)
+
+
+_MIGRATE_LOCK = threading.Lock()
+
+
+def _upgrade(
+    engine: Engine,
+    migrations_dir: Path,
+    service: str,
+    revision: str,
+    version_dirs: Sequence[Path],
+) -> None:
     from alembic import command
 
     cfg = _alembic_config(engine, migrations_dir, service, version_dirs)

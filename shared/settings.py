@@ -89,13 +89,19 @@ class ModelSettings(ServiceSettings):
         0, ge=0, le=256, description="Torch CPU threads of the reference engine (0 = default)."
     )
     max_num_seqs: int = Field(
-        16, ge=1, le=4096, description="Requests decoded together (state slots in the pools)."
+        16,
+        ge=1,
+        le=4096,
+        description="Requests decoded together (KDA state slots beside the pool).",
     )
     max_num_batched_tokens: int = Field(
         256, ge=1, description="Token budget of one engine step (decodes + prefill chunks)."
     )
     max_pool_tokens: int = Field(
-        32768, ge=16, description="Latent KV cache capacity in tokens, over all requests."
+        131072,
+        ge=16,
+        description="Latent KV cache capacity in tokens, over all requests (pool pages; each "
+        "running request's KDA state takes a slot beside them, not a page).",
     )
     max_model_len: int = Field(
         0,
@@ -110,7 +116,9 @@ class ModelSettings(ServiceSettings):
         None, description="Model id sent upstream by openai/sglang (default served_model_name)."
     )
     upstream_api_key: str | None = Field(
-        None, description="Bearer key for the upstream endpoint of the openai engine."
+        None,
+        description="Bearer key for the upstream endpoint of the openai and sglang engines "
+        "(a server the sglang engine launches is started with it too).",
     )
     replay_file: Path | None = Field(
         None, description="JSONL trajectory the `replay` engine answers from."
@@ -149,10 +157,11 @@ class ModelSettings(ServiceSettings):
         0, ge=0, description="Host-memory tier for evicted prefixes, in bytes (0 = off)."
     )
     checkpoint_slab_bytes: int = Field(
-        32 << 20,
+        0,
         ge=0,
         description="Memory for the prefix cache's KDA checkpoints, apart from the pool: slots "
-        "of one request's KDA state each (not pool pages), at least one.",
+        "of one request's KDA state each (not pool pages), at least one (0 = sized from the "
+        "model config: one slot per hash block the pool holds, the most the cache can reach).",
     )
     response_store_items: int = Field(
         10000,
@@ -227,6 +236,12 @@ class SandboxSettings(ServiceSettings):
         description="Running sandboxes when the service stops: pause (checkpoint + stop; "
         "resume brings them back) or keep running for the next start to adopt.",
     )
+    shutdown_budget_s: float = Field(
+        5.0, ge=0, le=600,
+        description="Seconds a stopping service spends pausing running sandboxes (on_shutdown: "
+        "pause; eight at a time); one not begun by then is stopped at its last checkpoint "
+        "instead, so the stop ends within `k3stack down`'s grace (10 s) whatever their number.",
+    )  # fmt: skip
     accel: Literal["auto", "kvm", "tcg"] = Field(
         "auto", description="microvm accelerator; auto = a boot probe decides (cached)."
     )
@@ -236,6 +251,13 @@ class SandboxSettings(ServiceSettings):
         "machine: it is multiplied by the load average per core when that is above 1 (at most "
         "8x), and a guest that misses it is booted once more before the create fails with an "
         "error naming the budget.",
+    )  # fmt: skip
+    qemu_user: str = Field(
+        "k3stack-vm", max_length=64,
+        description="Unprivileged user each microVM's QEMU drops to (-runas, after opening its "
+        "files; plus -chroot, seccomp and a cgroup per VM) when the service runs as root: a "
+        "user name (scripts/setup_system.sh creates k3stack-vm; a missing one falls back to "
+        "nobody) or uid:gid; empty = no uid drop or chroot (seccomp and cgroups still apply).",
     )  # fmt: skip
     warm_pool: int = Field(
         1, ge=0, le=64,
@@ -309,9 +331,16 @@ class SandboxSettings(ServiceSettings):
     )
     process_guest_uid: int = Field(
         100000, ge=1, le=(1 << 31) - 2,
-        description="Unprivileged host uid (and gid) a process-runtime sandbox runs as: its "
-        "root inside the sandbox's user namespace is this uid on the host, never root. Choose "
-        "one no host account uses.",
+        description="Unprivileged host uid (and gid) that owns process-runtime sandboxes' files "
+        "on disk; each sandbox runs as its own uid above it (process_guest_uids of them), which "
+        "is its root inside its user namespace, never root on the host. Choose a range no host "
+        "account uses.",
+    )  # fmt: skip
+    process_guest_uids: int = Field(
+        4096, ge=1, le=1 << 20,
+        description="How many host uids above process_guest_uid are handed out, one per running "
+        "process-runtime sandbox (so at most this many run at once); a uid is freed when its "
+        "sandbox stops.",
     )  # fmt: skip
     process_usr_dirs: list[str] = Field(
         ["bin", "sbin", "lib", "lib32", "lib64", "libx32", "libexec", "include", "share"],
@@ -417,12 +446,6 @@ class OrchestratorSettings(ServiceSettings):
         description="Where scripts/setup_agents.sh installs the real agent CLIs (default "
         "/var/cache/k3stack/agents as root, else ~/.cache/k3stack/agents).",
     )
-    check_evidence: bool = Field(
-        True,
-        description="Record on each world call and clock move of an episode the checks' "
-        "verdicts it flipped (one read of the world's checks each), so the report puts each "
-        "verdict on the call that decided it; off, verdicts go to the end of their day.",
-    )
 
 
 class Settings(BaseSettings):
@@ -513,7 +536,9 @@ class Settings(BaseSettings):
         10.0, ge=0, description="How often a service looks for jobs whose worker died (0 = off)."
     )
     http_timeout_s: float = Field(
-        30.0, gt=0, description="Default timeout of inter-service HTTP calls."
+        30.0,
+        gt=0,
+        description="Default timeout of inter-service HTTP calls on an idle host; each call scales it by the host's load per core (1-minute average, 1x to 8x: shared/load.py).",
     )
     http_retries: int = Field(
         3, ge=0, le=10, description="Retries of idempotent inter-service calls."

@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 from services.model.serving.admission import parse_admission_classes
 from services.model.serving.backends import Backend, create_backend
 from services.model.serving.limits import BodySizeLimit
-from services.model.serving.metrics import RequestMetrics
+from services.model.serving.metrics import MEMORY_METRICS, RequestMetrics
 from services.model.serving.prefix_cache import PREFIX_CACHE_METRICS
 from services.model.serving.response_store import ResponseStore
 from services.model.serving.routes import install_openai_errors, router
@@ -49,6 +49,7 @@ def _engine_gauges(app: FastAPI, num_classes: int) -> None:
         ("preemptions", "Requests preempted for memory since start."),
         ("aborted", "Requests aborted (client gone) since start."),
         ("cache_usage", "Fraction of the latent KV cache blocks in use."),
+        *MEMORY_METRICS.items(),
         *PREFIX_CACHE_METRICS.items(),
         *(
             (f"class{k}_{what}", f"Admission class {k}: {doc}")

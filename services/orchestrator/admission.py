@@ -4,14 +4,13 @@ Shared by the episode and the rollout routes."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from services.orchestrator.episode.platform import Services
 from shared.clients import ServiceError
 from shared.contracts.orchestrator import TaskSpec
 from shared.errors import APIError, bad_request
 
 
-def check_task(svc: Any, task: TaskSpec, where: str = "task") -> None:
+def check_task(svc: Services, task: TaskSpec, where: str = "task") -> None:
     """400 naming ``{where}.scenario`` / ``{where}.sandbox_template`` when the tools or the
     sandbox service does not know it; 503 when that service does not answer."""
     if task.scenario:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import APIRouter, FastAPI, Request
 
@@ -51,6 +52,7 @@ def create_app(
     from services.orchestrator.episode.runner import EpisodeStore
     from services.orchestrator.episode.service import EpisodeReaper, services_from_settings
     from services.orchestrator.rollouts.routes import router as rollouts_router
+    from services.orchestrator.rollouts.service import reap_samples
     from services.orchestrator.routes import router as episodes_router
 
     settings = get_settings()
@@ -74,9 +76,10 @@ def create_app(
             app.state.rollout_enqueue = enqueue_rollout_sample
         else:
             app.state.rollout_enqueue = rollout_enqueue
+        samples = partial(reap_samples, db, app.state.rollout_enqueue)
         app.state.reaper = EpisodeReaper(
-            db, app.state.services, app.state.enqueue, app.state.rollout_enqueue,
-            settings.orchestrator.reaper_interval_s,
+            db, app.state.services, app.state.enqueue, settings.orchestrator.reaper_interval_s,
+            also={"samples": samples},
         ).start()  # fmt: skip
         yield
         app.state.reaper.stop()

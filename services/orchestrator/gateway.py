@@ -27,6 +27,8 @@ import httpx
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from shared import sse
+
 API_PATHS = ("messages", "messages/count_tokens", "responses", "chat/completions")
 _PASS_HEADERS = ("anthropic-version", "anthropic-beta", "content-type")
 _BUDGET_FIELDS = {
@@ -81,13 +83,11 @@ def _capped(api: str, body: Any, cap: int | None) -> Any:
 def _events(raw: bytes) -> list[Any]:
     """The ``data:`` payloads of an SSE body, JSON-decoded where they are JSON."""
     out: list[Any] = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        if line.startswith("data:"):
-            data = line[5:].strip()
-            try:
-                out.append(json.loads(data))
-            except json.JSONDecodeError:
-                out.append(data)
+    for e in sse.parse(raw):
+        try:
+            out.append(json.loads(e.data))
+        except json.JSONDecodeError:
+            out.append(e.data)
     return out
 
 
@@ -249,10 +249,9 @@ def _local(route: Route, api: str, body: Any, step: dict[str, Any], started: flo
     if isinstance(answer, list):
         step["events"] = answer
         route.record(step)
-        text = "".join(
-            (f"event: {e['type']}\n" if "type" in e else "") + f"data: {json.dumps(e)}\n\n"
-            for e in answer
-        ) + ("data: [DONE]\n\n" if api == "chat/completions" else "")
+        text = "".join(sse.json_event(e, e.get("type")) for e in answer) + (
+            sse.event("[DONE]") if api == "chat/completions" else ""
+        )
         return Response(text, status, media_type="text/event-stream")
     step["response"] = answer
     route.record(step)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from services.orchestrator.installed.exchanges import (
+from services.orchestrator.exchanges import (
     exchange_message,
     exchange_results,
     same_call,

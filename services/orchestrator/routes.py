@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
 from services.orchestrator.admission import check_task
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.schema import Episode, EpisodeCreate, EpisodeList
@@ -18,6 +17,7 @@ from services.orchestrator.harness.memory import harness_skills, memory_problem
 from services.orchestrator.report import render_report
 from services.orchestrator.tools.builtin import UnknownTools, check_tool_names
 from shared.contracts.orchestrator import HarnessFidelity
+from shared.db import ServiceDatabase
 from shared.errors import bad_request, not_found
 from shared.trajectory import Trajectory
 
@@ -55,7 +55,8 @@ def post_episode(body: EpisodeCreate, request: Request) -> Episode:
     """Queue an episode (task + harness + policy + budgets); poll ``GET /episodes/{id}``."""
     harness = _check_request(body, request)
     db = request.app.state.db
-    episode_id = create_episode(db, body, request.app.state.enqueue, harness)
+    driver = DRIVERS.for_harness(harness)  # picked once, stored with the episode
+    episode_id = create_episode(db, body, request.app.state.enqueue, harness, driver)
     return _view(db, episode_id)
 
 
@@ -74,7 +75,7 @@ def get_episode(episode_id: str, request: Request) -> Episode:
     return view
 
 
-def _view(db: Any, episode_id: str) -> Episode | None:
+def _view(db: ServiceDatabase, episode_id: str) -> Episode | None:
     with db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         return None if row is None else episode_view(row)

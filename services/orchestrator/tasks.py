@@ -15,7 +15,7 @@ from typing import Any
 
 from celery.signals import worker_init
 
-from services.orchestrator.episode.runner import TASK_NAME, EpisodeStore, episode_queue
+from services.orchestrator.episode.store import TASK_NAME, EpisodeStore, episode_queue
 from services.orchestrator.rollouts.service import TASK_NAME as SAMPLE_TASK_NAME
 from services.orchestrator.rollouts.service import SampleStore, rollout_queue
 from services.orchestrator.rollouts.tasks import sample_job
@@ -43,12 +43,15 @@ def _migrate_before_tasks(sender: Any = None, **_: Any) -> None:
 
 
 def episode_job(job: JobRun) -> None:
-    """Run (or resume) one claimed episode to its end; it writes its own outcome."""
+    """Run (or resume) one claimed episode to its end with the driver stored with it; it
+    writes its own outcome."""
+    from services.orchestrator.drivers import DRIVERS
     from services.orchestrator.episode.runner import EpisodeRunner
     from services.orchestrator.episode.service import services_from_settings
     from shared.settings import get_settings
 
-    EpisodeRunner(worker_database(), services_from_settings(get_settings()), job.id).run(job)
+    services = services_from_settings(get_settings())
+    EpisodeRunner(worker_database(), services, job.id, drivers=DRIVERS).run(job)
 
 
 run_episode = celery.task(base=JobTask, name=TASK_NAME, job_store=EpisodeStore(worker_database))(

@@ -8,20 +8,21 @@ other's context (``KeyError('script')``, the task lost and its job left ``queued
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-_database: Any = None
+from shared.db import ServiceDatabase
+
+_database: ServiceDatabase | None = None
 _lock = threading.Lock()
 
 
-def _open() -> Any:
+def _open() -> ServiceDatabase:
     from services.orchestrator.db import open_database
     from shared.settings import get_settings
 
     return open_database(get_settings().database_url or "")
 
 
-def worker_database() -> Any:
+def worker_database() -> ServiceDatabase:
     """The process's database handle, migrated on first use."""
     global _database
     if _database is None:

@@ -46,6 +46,7 @@ __all__ = [
     "NetworkPolicy",
     "NewCheckpoint",
     "NewSandbox",
+    "NewSandboxV2",
     "NewTemplate",
     "PortForward",
     "SandboxMetric",
@@ -171,6 +172,50 @@ class NewSandbox(BaseModel):
         return v
 
 
+E2B_EGRESS_UNSUPPORTED = ("egressProxy", "rules")
+"""E2B network settings no runtime here offers: refused rather than ignored."""
+
+
+def e2b_network(body: dict[str, Any]) -> dict[str, Any]:
+    """E2B's network settings (``allow_internet_access``, ``network.allowOut``/``denyOut``) as
+    a :class:`NetworkPolicy`. E2B's default, internet allowed, gives the guest a network device
+    (``allowlist``: what ``get_host`` needs on a microVM) whose egress is its ``allowOut``
+    entries; ``allow_internet_access: false`` keeps the device and allows no egress. A runtime
+    here opens egress per ``host:port`` only: everything else is denied, so ``denyOut`` is
+    always honoured, and an ``allowOut`` entry without a port is refused."""
+    net = body.get("network")
+    if isinstance(net, dict) and "mode" in net:
+        return net  # k3stack's own shape
+    net = net if isinstance(net, dict) else {}
+    for name in E2B_EGRESS_UNSUPPORTED:
+        if net.get(name):
+            raise ValueError(f"network.{name} is not offered here (egress is per host:port)")
+    internet = body.get("allow_internet_access", body.get("allowInternetAccess"))
+    allow_out = net.get("allowOut") or []
+    if not isinstance(allow_out, list):
+        raise ValueError("network.allowOut must be a list of host:port strings")
+    for entry in allow_out:
+        if not isinstance(entry, str) or not _HOST_PORT.match(entry):
+            raise ValueError(
+                f"network.allowOut entry {entry!r} has no port: egress here is opened per "
+                "host:port (e.g. '1.1.1.1:443'); CIDRs and whole hosts are not offered"
+            )
+    return {"mode": "allowlist", "allow": [] if internet is False else list(allow_out)}
+
+
+class NewSandboxV2(NewSandbox):
+    """``POST /v2/sandboxes``, what current E2B SDKs call: :class:`NewSandbox` with E2B's
+    network settings and defaults (:func:`e2b_network`); k3stack's own ``network`` (with a
+    ``mode``) is taken as it is."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _e2b_network(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {**data, "network": e2b_network(data)}
+        return data
+
+
 class Lifecycle(BaseModel):
     autoResume: bool = False
     onTimeout: Literal["pause", "kill"]
@@ -189,6 +234,11 @@ class Sandbox(BaseModel):
     domain: str | None = None
     envdAccessToken: str | None = Field(
         None, description="Opens this sandbox's envd data plane when auth is on (X-Access-Token)."
+    )
+    trafficAccessToken: str | None = Field(
+        None,
+        description="Opens this sandbox's guest ports through get_host when auth is on "
+        "(header e2b-traffic-access-token).",
     )
     runtime: str
     state: SandboxState

@@ -134,7 +134,15 @@ class JobTask(Task):
         if store is None:
             raise RuntimeError(f"task {self.name} has no job_store")
         owner = new_owner()
-        claim = store.claim(job_id, owner)
+        try:
+            claim = store.claim(job_id, owner)
+        except Exception as exc:
+            # The store failed, not the job (database down or restarting): the message must not
+            # be spent, or the row stays ``queued`` with nothing left to run it.
+            if self.request.is_eager or self.request.retries >= self.max_retries:
+                raise
+            log.warning("job %s: could not claim (%s); retrying", job_id, exc)
+            raise self.retry(exc=exc, countdown=self.retry_countdown(self.request.retries)) from exc
         if not claim.started:
             if claim.busy and not self.request.is_eager:
                 # Another run may still be alive (this is a redelivery or a duplicate): look

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,12 @@ DEFAULT_PORTS = {name: Settings.model_fields[name].default_factory().port for na
 WORKER_SERVICES = [s for s in SERVICE_NAMES if s != "sandbox"]  # the sandbox has no worker
 STORES = ("postgres", "redis", "minio", "minio-init")
 
+# What Compose defines itself: the project's name (the file's `name:`, or `-p`).
+BUILTIN = {"COMPOSE_PROJECT_NAME": "k3stack"}
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}, ${VAR:+alt}, $VAR; $$ is a $.
 _INTERP = re.compile(
     r"\$(?:(?P<escaped>\$)"
-    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>(?:\$\{[^}]*\}|[^}])*))?\}"
     r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
 )
 
@@ -60,7 +63,8 @@ def interpolate(value: Any, env: dict[str, str], seen: set[str] | None = None) -
         if seen is not None:
             seen.add(name)
         op, arg = m.group("op"), m.group("arg") or ""
-        current = env.get(name)
+        current = env.get(name, BUILTIN.get(name))
+        arg = interpolate(arg, env, seen)  # a default may itself be ${OTHER}
         unset_or_empty = current is None or (op is not None and op.startswith(":") and not current)
         if op in (":-", "-"):
             return arg if unset_or_empty else current
@@ -357,6 +361,34 @@ def test_publish_address_is_overridable(raw: dict[str, Any]) -> None:
     doc = interpolate(raw, {"PUBLISH_ADDRESS": "0.0.0.0", "IMAGE_TAG": "1.2.3"})
     assert doc["services"]["model"]["ports"] == ["0.0.0.0:8000:8000"]
     assert doc["services"]["tools-worker"]["image"] == "k3stack/tools:1.2.3"
+
+
+def test_image_names_follow_the_project_name(raw: dict[str, Any]) -> None:
+    """Two projects on one engine build and run their own images (``-p other`` -> ``other/*``),
+    unless IMAGE_PREFIX names them; the default project keeps ``k3stack/*``."""
+    default = interpolate(raw, {})["services"]
+    other = interpolate(raw, {"COMPOSE_PROJECT_NAME": "other"})["services"]
+    chosen = interpolate(raw, {"COMPOSE_PROJECT_NAME": "other", "IMAGE_PREFIX": "reg/x"})
+    for name in SERVICE_NAMES:
+        assert default[name]["image"] == f"k3stack/{name}:latest"
+        assert other[name]["image"] == f"other/{name}:latest"
+        assert chosen["services"][name]["image"] == f"reg/x/{name}:latest"
+
+
+def test_compose_itself_names_images_after_the_project() -> None:
+    """The same through Docker Compose's own interpolation (``config`` needs no engine)."""
+    import shutil
+    import subprocess
+
+    docker = shutil.which("docker")
+    assert docker, "docker CLI missing: scripts/setup_docker.sh installs it"
+    env = {k: v for k, v in os.environ.items() if k not in ("IMAGE_PREFIX", "COMPOSE_PROJECT_NAME")}
+    out = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE_FILE), "-p", "other", "config", "--images"],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    ).stdout.split()  # fmt: skip
+    assert {f"other/{name}:latest" for name in SERVICE_NAMES} <= set(out), out
+    assert not any(image.startswith("k3stack/") for image in out), out
 
 
 def test_named_volumes_are_declared(compose: dict[str, Any]) -> None:

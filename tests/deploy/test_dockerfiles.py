@@ -162,8 +162,9 @@ def test_port_command_and_healthcheck(service: str) -> None:
     # target's own K3STACK_<SERVICE>__PORT, found through K3STACK_IMAGE_SERVICE.
     assert not any(k == "HEALTHCHECK" for k, _ in ins)
     check = _healthcheck_command(service)
-    assert check[:2] == ["python", "-c"] and "/health/live" in check[2]
-    assert "K3STACK_IMAGE_SERVICE" in check[2] and "__PORT" in check[2]
+    # bash's /dev/tcp under a KILL timeout (no interpreter per probe; none outlives its timeout)
+    assert check[:6] == ["timeout", "-s", "KILL", "10", "bash", "-c"] and "/health/live" in check[6]
+    assert "K3STACK_IMAGE_SERVICE" in check[6] and "__PORT" in check[6]
     env = " ".join(a for k, a in ins if k == "ENV")
     assert f"K3STACK_IMAGE_SERVICE={service}" in env
     assert f"K3STACK_{service.upper()}__HOST=0.0.0.0" in env

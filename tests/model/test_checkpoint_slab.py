@@ -26,7 +26,7 @@ def cache_pages(cache) -> int:
 def test_a_checkpoint_costs_one_slot_and_no_pool_page(model):
     eng = make(model)
     cache, pool = eng.prefix_cache, eng.runner.pools
-    assert cache.slab.slot_bytes == slot_bytes(pool) < pool.num_groups * pool.page_bytes
+    assert cache.slab.slot_bytes == slot_bytes(pool) == pool.state_bytes
     free_slots = cache.slab.num_free
     eng.generate(tokens(40, 40), 1)  # one hash block: one checkpoint, one MLA page
     assert cache.num_checkpoints == 1 and cache.slab.num_free == free_slots - 1
@@ -34,17 +34,16 @@ def test_a_checkpoint_costs_one_slot_and_no_pool_page(model):
     cache.check_invariants()
 
 
-def test_more_checkpoints_fit_than_the_pool_has_pages(model):
-    """One checkpoint per session for as many sessions as the pool has MLA pages (20 of 26
-    here): with a page per KDA group (6) per checkpoint they would need over 100 pages."""
-    eng = make(model, max_tokens=128, spare_pages=0, slab_slots=64)
+def test_as_many_checkpoints_as_the_pool_has_pages(model):
+    """One checkpoint per session for as many sessions as the pool has MLA pages (all 20 here:
+    a request's KDA state is in a slot, not a page); with a page per KDA group (6) per
+    checkpoint they would need 120 pages."""
+    eng = make(model, max_tokens=20 * 64, spare_pages=0, slab_slots=64)
     cache, pool = eng.prefix_cache, eng.runner.pools
     prompts = [tokens(40, 100 + i) for i in range(30)]
     for p in prompts:
         eng.generate(p, 1)
-    mla_pages = pool.num_pages - pool.num_groups  # one request's private pages are out
-    assert cache.num_checkpoints == mla_pages == cache_pages(cache)
-    assert cache.num_checkpoints * pool.num_groups > pool.num_pages
+    assert cache.num_checkpoints == pool.num_pages == cache_pages(cache) == 20
     assert all(cache.lookup(p + [1])[0] == 32 for p in prompts[-3:])  # pages still there
     cache.check_invariants()
 

@@ -68,7 +68,7 @@ def tokens(n: int, seed: int) -> list[int]:
 def test_pool_pages_share_one_byte_size_and_heads_are_contiguous(model):
     pool = PagedPool.for_tokens(model.config, max_tokens=256, max_requests=2, page_tokens=64)
     la = model.config.linear_attn_config
-    assert pool.storage.shape[1] == pool.page_bytes >= max(pool.mla_bytes, pool.layer_bytes)
+    assert pool.storage.shape[1] == pool.page_bytes >= pool.mla_bytes
     st = pool.allocate()
     conv = torch.randn(1, la.short_conv_kernel_size - 1, 3 * model.config.kda_dim)
     s = torch.randn(1, la.num_heads, la.head_dim, la.head_dim)
@@ -76,7 +76,7 @@ def test_pool_pages_share_one_byte_size_and_heads_are_contiguous(model):
     conv2, s2 = pool.kda_read([st], 0)
     assert torch.equal(conv2, conv) and torch.equal(s2, s)
     # head 1's bytes are one contiguous run: its state then its conv window
-    raw = pool.kda_view[st.kda_pages[0], 0, 1]
+    raw = pool.state_view[st.kda_slot, 0, 1]
     k = la.head_dim
     assert torch.equal(raw[: k * k], s[0, 1].reshape(-1))
     pool.free(st)
@@ -167,8 +167,8 @@ def test_one_slot_holds_every_kda_group_and_evicting_it_frees_the_slot(model):
     prompt = tokens(40, 11)
     eng.generate(prompt, 1)
     cache, pool = eng.prefix_cache, eng.runner.pools
-    assert pool.num_groups > 1
-    assert cache.slab.slot_bytes == pool.n_kda * pool.layer_bytes  # all groups, right-sized
+    assert pool.state_bytes > pool.page_bytes  # more than a page: the old layout's groups
+    assert cache.slab.slot_bytes == pool.n_kda * pool.layer_bytes  # every layer, right-sized
     (ck,) = cache._ckpts.values()
     free_pages, free_slots = pool.num_free_pages, cache.slab.num_free
     assert cache.evict_checkpoints(1) == 1
@@ -238,7 +238,9 @@ TREE_CASES = [
     ("roomy", dict()),
     ("evicting-pages", dict(spare_pages=0, max_tokens=256, max_requests=3)),
     ("evicting-slots", dict(slab_slots=2)),
-    ("host-tier", dict(spare_pages=0, max_tokens=128, slab_slots=3, host_tier_bytes=1 << 26)),
+    # 8 pages: what the old layout left to MLA while three of four requests held six state
+    # pages each (KDA states are in slots now, so the pool is all KV)
+    ("host-tier", dict(spare_pages=6, max_tokens=128, slab_slots=3, host_tier_bytes=1 << 26)),
 ]
 
 

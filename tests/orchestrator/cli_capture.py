@@ -19,13 +19,7 @@ from typing import Any
 
 from services.orchestrator.gateway import Route, Routes, gateway_app
 from services.orchestrator.installed.catalog import AGENTS
-from services.orchestrator.installed.launch import (
-    Endpoint,
-    MCPServer,
-    claude_invocation,
-    codex_invocation,
-    kimi_invocation,
-)
+from services.orchestrator.installed.launch import Endpoint, MCPServer, invocation
 from tests.model.conftest import model_settings, running
 
 TEXT = "<text>"
@@ -80,14 +74,9 @@ def run_cli(
     endpoint = Endpoint(f"{s.gateway_url}/episodes/{episode}", "episode-token", "k3-tiny")
     cwd = home / "work"
     cwd.mkdir(parents=True, exist_ok=True)
-    if preset == "claude-code-cli":
-        inv = claude_invocation(
-            agent, endpoint, home, cwd, prompt, str(uuid.uuid4()), mcp=mcp, max_turns=1
-        )
-    elif preset == "kimi-code-cli":
-        inv = kimi_invocation(agent, endpoint, home, cwd, prompt, mcp=mcp, max_turns=1)
-    else:
-        inv = codex_invocation(agent, endpoint, home, cwd, prompt, mcp=mcp)
+    session = str(uuid.uuid4()) if agent.session is None else None  # the episode's own id
+    max_turns = 1 if preset != "codex-cli" else None
+    inv = invocation(agent, endpoint, home, cwd, prompt, session, mcp=mcp, max_turns=max_turns)
     proc = subprocess.Popen(
         inv.argv, env=inv.env, cwd=inv.cwd, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -30,6 +30,7 @@ def sandbox_service_url(request) -> str:
 @pytest.fixture
 def api(tools_url: str, sandbox_service_url: str, tmp_path, monkeypatch) -> Iterator[TestClient]:
     from services.orchestrator.app import create_app
+    from services.orchestrator.drivers import DRIVERS
     from services.orchestrator.episode.runner import EpisodeRunner
     from shared.settings import get_settings
 
@@ -53,7 +54,7 @@ def api(tools_url: str, sandbox_service_url: str, tmp_path, monkeypatch) -> Iter
 
     def enqueue(episode_id: str) -> None:
         app = holder["app"]
-        runner = EpisodeRunner(app.state.db, app.state.services, episode_id)
+        runner = EpisodeRunner(app.state.db, app.state.services, episode_id, drivers=DRIVERS)
         t = threading.Thread(target=runner.run, daemon=True)
         threads.append(t)
         t.start()

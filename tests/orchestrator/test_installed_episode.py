@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner
@@ -60,7 +61,7 @@ def _row(db, episode_id: str) -> EpisodeRow:
 def test_real_cli_on_the_tiny_model_runs_its_day_and_is_scored(orch_db, agent_services, tiny_long):
     assert AGENTS["claude-code-cli"].installed()
     episode_id = _episode(orch_db, tiny_long, max_output_tokens=8, steps_per_day=1, max_wall_s=240)
-    EpisodeRunner(orch_db, agent_services, episode_id).run()
+    EpisodeRunner(orch_db, agent_services, episode_id, drivers=DRIVERS).run()
     row = _row(orch_db, episode_id)
     assert row.result["events_total"] > 0 and row.resources_released  # scored either way
     doc = trajectory(orch_db, episode_id)
@@ -111,7 +112,9 @@ def test_sigkill_mid_day_is_agent_crashed_and_releases_the_world(
     orch_db, agent_services, tiny_long, tools_url
 ):
     episode_id = _episode(orch_db, tiny_long, max_output_tokens=8, max_wall_s=400)
-    runner = threading.Thread(target=EpisodeRunner(orch_db, agent_services, episode_id).run)
+    runner = threading.Thread(
+        target=EpisodeRunner(orch_db, agent_services, episode_id, drivers=DRIVERS).run
+    )
     runner.start()
     # the exec's host process group, written when the sandbox started the day's command
     pidfile = agent_services.settings.data_dir / "agent-runs" / episode_id / "agent.pid"

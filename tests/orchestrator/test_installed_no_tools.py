@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner
@@ -14,7 +15,7 @@ from services.orchestrator.episode.schema import EpisodeCreate
 from services.orchestrator.episode.service import create_episode
 from services.orchestrator.installed import launch
 from services.orchestrator.installed.catalog import AGENTS
-from services.orchestrator.installed.episode import InstalledEpisode
+from services.orchestrator.installed.episode import InstalledDriver
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,20 +25,20 @@ def test_mcp_that_never_answers_ends_the_day_agent_no_tools(
     orch_db, agent_services, tools_url, monkeypatch, preset
 ) -> None:
     assert AGENTS[preset].installed(), "run scripts/setup_agents.sh"
-    real = InstalledEpisode._mcp_servers
+    real = InstalledDriver._mcp_servers
 
     def dead(tools: str, world, apps):  # the same servers, at a port the sandbox cannot reach
         host, _ = tools.rsplit(":", 1)
         return real(f"{host}:9", world, apps)
 
-    monkeypatch.setattr(InstalledEpisode, "_mcp_servers", staticmethod(dead))
+    monkeypatch.setattr(InstalledDriver, "_mcp_servers", staticmethod(dead))
     monkeypatch.setattr(launch, "MCP_STARTUP_TIMEOUT_S", 5)  # not the production 2 minutes
     body = EpisodeCreate.model_validate({
         "task": {"scenario": "hr_onboarding", "seed": 0}, "harness": preset,
         "policy": {"kind": "oracle"}, "budgets": {"max_wall_s": 200},
     })  # fmt: skip
     episode_id = create_episode(orch_db, body, lambda _id: None)
-    EpisodeRunner(orch_db, agent_services, episode_id).run()
+    EpisodeRunner(orch_db, agent_services, episode_id, drivers=DRIVERS).run()
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         status, code, result = row.status, row.error_code, row.result or {}

@@ -9,6 +9,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.export import trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner
@@ -47,7 +48,7 @@ def test_the_served_model_is_asked_for_and_a_refusal_ends_the_day_policy_error(
             "budgets": {"max_wall_s": 240, "steps_per_day": 1},
         })  # fmt: skip
         episode_id = create_episode(orch_db, body, lambda _id: None)
-        EpisodeRunner(orch_db, agent_services, episode_id).run()
+        EpisodeRunner(orch_db, agent_services, episode_id, drivers=DRIVERS).run()
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         status, code, message, result = row.status, row.error_code, row.error_message, row.result

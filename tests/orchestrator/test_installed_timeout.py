@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from services.orchestrator.drivers import DRIVERS
 from services.orchestrator.episode.export import to_shared, trajectory
 from services.orchestrator.episode.models import EpisodeRow
 from services.orchestrator.episode.runner import EpisodeRunner
@@ -67,7 +68,7 @@ def test_a_cli_past_its_budget_is_scored_and_ends_agent_timeout(
         "policy": {"kind": "oracle"}, "budgets": {"max_wall_s": 15},
     })  # fmt: skip
     episode_id = create_episode(orch_db, body, lambda _id: None)
-    EpisodeRunner(orch_db, services, episode_id).run()
+    EpisodeRunner(orch_db, services, episode_id, drivers=DRIVERS).run()
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         status, result, reward = row.status, row.result or {}, row.reward

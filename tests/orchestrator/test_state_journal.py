@@ -5,12 +5,16 @@ declare."""
 
 from __future__ import annotations
 
+import copy
+import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from sqlalchemy import event, select
 
@@ -24,6 +28,7 @@ from services.orchestrator.episode.journal import (
 )
 from services.orchestrator.episode.models import EpisodeRow, StepRow
 from services.orchestrator.episode.policy import ScriptedPolicy, Turn, View
+from services.orchestrator.episode.recorder import EpisodeRecorder
 from services.orchestrator.episode.runner import EpisodeRunner
 from services.orchestrator.episode.service import create_episode
 from services.orchestrator.episode.state import EpisodeState
@@ -50,8 +55,35 @@ def test_diff_then_patch_gives_the_new_document() -> None:
     old = {"a": 1, "b": {"c": [1, 2], "d": {"e": "x"}, "gone": 1}, "f": None, "drop": {"z": 1}}
     new = {"a": 2, "b": {"c": [1, 2, 3], "d": {"e": "x", "g": 0}}, "f": {"h": 1}}
     ops = diff(old, new)
-    assert patch(old, ops) == new
+    assert all(op["op"] in ("add", "remove", "replace", "move", "copy") for op in ops)
+    assert patch(copy.deepcopy(old), json.loads(json.dumps(ops))) == new  # as the row stores it
     assert diff(new, new) == []
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), JSON, max_size=5),
+       st.dictionaries(st.text(max_size=5), JSON, max_size=5))  # fmt: skip
+def test_any_two_documents_round_trip(old: dict[str, Any], new: dict[str, Any]) -> None:
+    assert patch(copy.deepcopy(old), json.loads(json.dumps(diff(old, new)))) == new
+
+
+def test_rows_of_the_older_format_still_replay() -> None:
+    """A journal written before JSON Patch: its ``set``/``del`` rows, then newer rows."""
+    doc = {"step": 3, "cursor": {"day": 1, "at": "x"}, "scratch": {"k": 1}}
+    older = [["set", ["step"], 4], ["set", ["cursor", "day"], 2], ["del", ["scratch", "k"]]]
+    doc = patch(doc, older)
+    assert doc == {"step": 4, "cursor": {"day": 2, "at": "x"}, "scratch": {}}
+    newer = diff(doc, {"step": 5, "cursor": {"day": 2}, "scratch": {"n": [1]}})
+    assert patch(doc, newer) == {"step": 5, "cursor": {"day": 2}, "scratch": {"n": [1]}}
 
 
 def test_the_state_refuses_undeclared_keys() -> None:
@@ -119,26 +151,36 @@ def test_what_a_tick_writes_does_not_grow_with_the_episode(orch_db, tmp_path: Pa
     assert 2 <= snapshots <= ticks // SNAPSHOT_EVERY + 4, (snapshots, ticks)
 
 
-class CheckedRunner(EpisodeRunner):
+class Checked:
     """After every committed tick, the state replayed from the database (by a fresh reader,
-    as a resuming worker would) is compared with the live one."""
+    as a resuming worker would) is compared with the live one: a wrapper of the recorder's
+    public ``persist``."""
 
-    mismatches: list[tuple[int, dict[str, Any], dict[str, Any]]]
-    checked = 0
+    def __init__(self, orch_db) -> None:  # noqa: ANN001
+        self.db = orch_db
+        self.mismatches: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+        self.checked = 0
+        self.tick = 0
 
-    def _persist(self, state: EpisodeState) -> None:
-        super()._persist(state)
-        with self.db.session() as s:
-            replayed = StateJournal(self.id).load(s)
-            viewed = current_state(s, s.get(EpisodeRow, self.id))
-        live = journaled(state)
-        for other in (journaled(replayed), journaled(viewed)):
-            if other != live:
-                self.mismatches.append((self.journal.tick, other, live))
-        self.checked += 1
+    def wrap(self, persist):  # noqa: ANN001, ANN201
+        def checked(recorder: EpisodeRecorder, state: EpisodeState) -> None:
+            persist(recorder, state)
+            with self.db.session() as s:
+                replayed = StateJournal(recorder.id).load(s)
+                viewed = current_state(s, s.get(EpisodeRow, recorder.id))
+            live = journaled(state)
+            self.tick = recorder.journal.tick
+            for other in (journaled(replayed), journaled(viewed)):
+                if other != live:
+                    self.mismatches.append((recorder.journal.tick, other, live))
+            self.checked += 1
+
+        return checked
 
 
-def test_the_state_replayed_from_the_journal_equals_the_live_one(orch_db, tmp_path) -> None:
+def test_the_state_replayed_from_the_journal_equals_the_live_one(
+    orch_db, tmp_path, monkeypatch
+) -> None:
     failing = {"left": 1}
 
     def policy(view: View) -> Turn:
@@ -150,14 +192,14 @@ def test_the_state_replayed_from_the_journal_equals_the_live_one(orch_db, tmp_pa
         return working(view)
 
     episode_id = create_episode(orch_db, _body(100), lambda _id: None)
-    runner = CheckedRunner(orch_db, local_services(tmp_path), episode_id, ScriptedPolicy(policy))
-    runner.mismatches = []
-    runner.run()
+    runner = Checked(orch_db)
+    monkeypatch.setattr(EpisodeRecorder, "persist", runner.wrap(EpisodeRecorder.persist))
+    EpisodeRunner(orch_db, local_services(tmp_path), episode_id, ScriptedPolicy(policy)).run()
     with orch_db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         assert row.status == "succeeded", row.error_message
         final = current_state(s, row)
-        assert row.state_tick == runner.journal.tick  # the last phase change: a snapshot
+        assert row.state_tick == runner.tick  # the last phase change: a snapshot
     assert runner.checked > 2 * SNAPSHOT_EVERY
     assert not runner.mismatches, runner.mismatches[:1]
     assert final.exit_reason == "completed" and final.phase == "done"

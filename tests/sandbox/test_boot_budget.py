@@ -39,7 +39,7 @@ def fake_boots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, lis
         sock.mkdir()
         (sock / "console.log").write_text("[    0.0] booting slowly\n")
         proc = types.SimpleNamespace(pid=4242)
-        return types.SimpleNamespace(proc=proc, qmp=None, mem_path=None, sock_dir=sock)
+        return types.SimpleNamespace(proc=proc, qmp=None, mem_path=None, sock_dir=sock, cgroups=[])
 
     def connect_agent(path: Path, timeout_s: float) -> object:
         boots["budgets"].append(timeout_s)

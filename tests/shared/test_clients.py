@@ -311,3 +311,27 @@ def test_verifier_client_answers_job_views_and_waits():
         assert (
             isinstance(done, JobView) and done.status == "succeeded" and done.result == {"ok": True}
         )
+
+
+def test_the_default_timeout_follows_the_load_and_an_explicit_one_stays(monkeypatch) -> None:
+    """http_timeout_s is an idle host's wait: at load 6 on 2 cores a call gets 3x it (to 8x at
+    most), so a loaded host's slow answer is not taken for a dead service; a call's own timeout
+    (a wait on work) is left as the caller set it."""
+    import os
+
+    from shared.clients import ServiceClient
+
+    seen: list[object] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"]["read"])
+        return httpx.Response(200, json={})
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    client = ServiceClient("http://svc", timeout=30.0, transport=httpx.MockTransport(handler))
+    for load, want in ((0.5, 30.0), (6.0, 90.0), (100.0, 240.0)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        client.request("GET", "/x")
+        assert seen[-1] == pytest.approx(want)
+    client.request("GET", "/x", timeout=5.0)
+    assert seen[-1] == 5.0

@@ -77,6 +77,23 @@ def test_concurrent_migrations_on_postgresql(pg_url):
         db.close()
 
 
+def test_concurrent_migrations_in_one_process_on_sqlite(tmp_path):
+    """A thread pool's first tasks each open and migrate at once (the verifier's web worker):
+    Alembic's context is process-global, so unserialised upgrades clobbered each other
+    (``KeyError('config')``, the task lost and its job left ``queued``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"sqlite:///{tmp_path / 'k3.db'}"
+    dbs = [ServiceDatabase("verifier", url, VERIFIER) for _ in range(4)]
+    dbs += [ServiceDatabase("tools", f"sqlite:///{tmp_path / 't.db'}", TOOLS) for _ in range(2)]
+    with ThreadPoolExecutor(len(dbs)) as pool:
+        list(pool.map(lambda db: db.migrate(), dbs))  # re-raises any thread's error
+    assert dbs[0].revision() == _head(VERIFIER)
+    assert dbs[-1].revision() is not None
+    for db in dbs:
+        db.close()
+
+
 def test_read_modify_write_on_sqlite_is_serialised(tmp_path):
     """Each transaction derives its row id from a count it read: without a transaction that
     takes the write lock up front, two threads read the same count and collide."""

@@ -26,6 +26,8 @@ The reference token loop is :func:`services.model.arch.naive.naive_recurrent_kda
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 
+log = logging.getLogger("k3stack.model.kda")
+
 #: Tokens per chunk of :func:`chunk_kda`; fla's Triton kernel uses 64.
 CHUNK_SIZE = 32
 
@@ -59,14 +63,30 @@ def prefill_chunk_size(device: torch.device) -> int:
     return 64 if _fla_kernels(device) is not None else CHUNK_SIZE
 
 
+#: Fallback reasons already logged (a warning per distinct reason, not one per forward).
+_FALLBACKS_LOGGED: set[str] = set()
+
+
 def _fla_kernels(device: torch.device):
-    """fla's ``(chunk_kda, fused_recurrent_kda)`` on CUDA when ``fla-core`` imports, else None."""
+    """fla's ``(chunk_kda, fused_recurrent_kda)`` on CUDA when ``fla-core`` imports, else None.
+
+    On CUDA a failed import (fla or triton missing or broken) falls back to this module's
+    torch code, an order of magnitude slower: that is logged as a warning naming the error.
+    """
     if device.type != "cuda":
         return None
     try:
         from fla.ops.kda import chunk_kda as fla_chunk
         from fla.ops.kda import fused_recurrent_kda as fla_recurrent
-    except Exception:  # fla or triton missing or broken: use the torch code
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        if reason not in _FALLBACKS_LOGGED:
+            _FALLBACKS_LOGGED.add(reason)
+            log.warning(
+                "KDA on %s falls back to the torch kernels: fla's CUDA kernels did not import "
+                "(%s); install fla-core and triton for the fast path",
+                device, reason,
+            )  # fmt: skip
         return None
     return fla_chunk, fla_recurrent
 

@@ -1,12 +1,15 @@
 """Right-sized slots for the prefix cache's KDA checkpoints, apart from the paged pool.
 
-A pool page is sized for a page of MLA latent KV (1.1 MiB on ``tiny-micro`` at 6144 tokens), but
-one request's KDA state is far smaller (31 KiB there): a checkpoint that took a page per KDA group
-wasted most of it and crowded MLA pages out of the pool. A slot holds exactly one request's KDA
-state, every group back to back (per group, the bytes the group's layers use in its page), so a
-checkpoint costs one slot and never a pool page. The slab is one ``uint8`` tensor on the pool's
+A checkpoint is one request's KDA state, every layer back to back, in the same layout as a
+running request's state slot (:attr:`PagedPool.state_raw`), so taking or restoring one is a
+single row copy and never costs a pool page. The slab is one ``uint8`` tensor on the pool's
 device with its own free list; when it is full, ``reclaim(n)`` (the cache's checkpoint eviction)
 is asked for room before :class:`SlabFull` is raised.
+
+Its default size follows the model config and the pool (:meth:`CheckpointSlab.reach`): a
+checkpoint is found only at a hash-block endpoint registered in a pool page, so the cache can
+never reach more checkpoints than the pool holds hash blocks; more slots would stay empty
+(the old fixed 32 MiB was used to 0.78 MiB by the bench's trace).
 """
 
 from __future__ import annotations
@@ -18,10 +21,7 @@ import torch
 from services.model.arch.state import PoolExhausted
 from services.model.serving.pool import PagedPool
 
-__all__ = ["DEFAULT_SLAB_BYTES", "CheckpointSlab", "SlabFull"]
-
-#: The slab's default size (``K3STACK_MODEL__CHECKPOINT_SLAB_BYTES``).
-DEFAULT_SLAB_BYTES = 32 << 20
+__all__ = ["CheckpointSlab", "SlabFull"]
 
 
 class SlabFull(PoolExhausted):
@@ -35,12 +35,7 @@ class CheckpointSlab:
         if num_slots <= 0:
             raise ValueError("num_slots must be > 0")
         self.pool = pool
-        layers = [
-            min(pool.layers_per_group, pool.n_kda - g * pool.layers_per_group)
-            for g in range(pool.num_groups)
-        ]
-        self.group_bytes = [n * pool.layer_bytes for n in layers]
-        self.slot_bytes = max(sum(self.group_bytes), 1)
+        self.slot_bytes = max(pool.state_bytes, 1)
         self.num_slots = num_slots
         self.storage = torch.zeros(
             num_slots, self.slot_bytes, dtype=torch.uint8, device=pool.device
@@ -49,15 +44,25 @@ class CheckpointSlab:
         #: Called with a slot count when none is free; returns how many it freed.
         self.reclaim: Callable[[int], int] | None = None
 
+    @staticmethod
+    def reach(pool: PagedPool, hash_block: int) -> int:
+        """The most checkpoints the cache can reach: one per hash block the pool's pages hold."""
+        return pool.num_pages * max(pool.page_tokens // hash_block, 1)
+
     @classmethod
-    def for_bytes(cls, pool: PagedPool, nbytes: int) -> CheckpointSlab:
-        """As many slots as fit in ``nbytes``, and at least one."""
-        probe = cls(pool, 1)
-        return cls(pool, max(1, nbytes // probe.slot_bytes))
+    def for_pool(cls, pool: PagedPool, hash_block: int, nbytes: int = 0) -> CheckpointSlab:
+        """``nbytes`` of slots (at least one), or with ``nbytes=0`` :meth:`reach` slots."""
+        if nbytes:
+            return cls(pool, max(1, nbytes // max(pool.state_bytes, 1)))
+        return cls(pool, cls.reach(pool, hash_block))
 
     @property
     def num_free(self) -> int:
         return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_slots - len(self._free)
 
     @property
     def nbytes(self) -> int:
@@ -75,19 +80,13 @@ class CheckpointSlab:
         assert slot not in self._free, f"slot {slot} freed twice"
         self._free.append(slot)
 
-    def save(self, kda_pages: Sequence[int], slot: int) -> None:
-        """Copy a request's KDA state (its private pages, one per group) into ``slot``."""
-        off = 0
-        for page, n in zip(kda_pages, self.group_bytes, strict=True):
-            self.storage[slot, off : off + n].copy_(self.pool.storage[page, :n])
-            off += n
+    def save(self, state_slot: int, slot: int) -> None:
+        """Copy a request's KDA state (its pool state slot) into checkpoint ``slot``."""
+        self.storage[slot].copy_(self.pool.state_raw[state_slot, : self.slot_bytes])
 
-    def restore(self, slot: int, kda_pages: Sequence[int]) -> None:
-        """Copy ``slot`` into a request's private KDA pages (the inverse of :meth:`save`)."""
-        off = 0
-        for page, n in zip(kda_pages, self.group_bytes, strict=True):
-            self.pool.storage[page, :n].copy_(self.storage[slot, off : off + n])
-            off += n
+    def restore(self, slot: int, state_slot: int) -> None:
+        """Copy checkpoint ``slot`` into a request's state slot (the inverse of :meth:`save`)."""
+        self.pool.state_raw[state_slot, : self.slot_bytes].copy_(self.storage[slot])
 
     def check_invariants(self, held: Sequence[int]) -> None:
         """``held`` (the cache's slots) and the free list partition the slab."""

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from services.model.serving.metrics import MEMORY_METRICS
 from services.model.serving.prefix_cache import PrefixCache, prefix_cache_metrics
 from services.model.serving.runner import ModelRunner
 from services.model.serving.sampling import Sampler, SamplingParams, TokenLogprob
@@ -486,6 +487,8 @@ class Engine:
             "preemptions": s.num_preemptions,
             "aborted": s.num_aborted,
             "cache_usage": float(getattr(self.runner, "cache_usage", 0.0)),
+            **dict.fromkeys(MEMORY_METRICS, 0.0),
+            **getattr(self.runner, "memory_readings", {}),
             **prefix_cache_metrics(self.prefix_cache),
             **self.scheduler.class_readings(),
         }

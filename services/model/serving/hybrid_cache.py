@@ -11,12 +11,12 @@ to read.
 
 KDA keeps one recurrent state per request, so a prefix is reusable only where a state snapshot
 (a *checkpoint*: one read-only slot of a :class:`~.checkpoint_slab.CheckpointSlab`, sized to the
-state, not a pool page) was taken. After every forward the state at a
+state, not a pool page; ``slab_bytes=0`` sizes the slab to the checkpoints the pool can reach) was taken. After every forward the state at a
 hash-aligned end is snapshotted; a request's previous intermediate snapshot is recycled when a
 newer one supersedes it, while snapshots at turn boundaries (``turn_end_ids`` from the chat
 template; the hash endpoint at or before the boundary) are retained, and the scheduler ends
 chunks there (:meth:`chunk_stop`) so those states exist. A hit copies the snapshot into the
-request's private KDA pages; snapshots are never written.
+request's KDA state slot; snapshots are never written.
 
 Lookup has two stages: MLA walks pages by the hash at each page end and, at the first page not
 wholly matched, the endpoints inside it; KDA then takes the deepest hash boundary within that
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from services.model.serving.checkpoint_slab import DEFAULT_SLAB_BYTES, CheckpointSlab, SlabFull
+from services.model.serving.checkpoint_slab import CheckpointSlab, SlabFull
 from services.model.serving.pool import PagedPool, PagedState, PoolExhausted
 
 __all__ = ["CacheStats", "HybridPrefixCache"]
@@ -138,14 +138,14 @@ class HybridPrefixCache:
         hash_block: int = 512,
         turn_end_ids: Iterable[int] = (),
         host_tier_bytes: int = 0,
-        slab_bytes: int = DEFAULT_SLAB_BYTES,
+        slab_bytes: int = 0,
     ) -> None:
         if hash_block <= 0 or pool.page_tokens % hash_block:
             raise ValueError(
                 f"page_tokens ({pool.page_tokens}) must be a multiple of hash_block ({hash_block})"
             )
         self.pool = pool
-        self.slab = CheckpointSlab.for_bytes(pool, slab_bytes)
+        self.slab = CheckpointSlab.for_pool(pool, hash_block, slab_bytes)
         self.block = hash_block
         self.checkpoint_interval = hash_block
         self.turn_end_ids = frozenset(turn_end_ids)
@@ -231,7 +231,7 @@ class HybridPrefixCache:
         # between here and the copy out of the slot.
         for p in pages:
             self.pool.ref(p)
-        self.slab.restore(ck.slot, state.kda_pages)
+        self.slab.restore(ck.slot, state.kda_slot)
         state.block_table = list(pages)  # the pins become the request's references
         state.num_tokens = hit
         for p in pages:  # refresh only what this hit used
@@ -304,7 +304,7 @@ class HybridPrefixCache:
             slot = self.slab.take()
         except SlabFull:
             return  # no room for a snapshot now; the request still progresses
-        self.slab.save(state.kda_pages, slot)
+        self.slab.save(state.kda_slot, slot)
         ck = _Checkpoint(key, n, slot, self.step, retained, list(tr.hashes[: n // b]))
         self._ckpts[key] = ck
         self._touch(("ckpt", key))

@@ -38,6 +38,7 @@ from services.model.serving.protocol import (
     chat_request,
     new_id,
 )
+from shared import sse as sse_wire
 
 THINKING_SIGNATURE = "k3stack-unsigned"
 _ERROR_TYPES = {
@@ -473,4 +474,4 @@ async def stream_events(
 def sse(event: dict[str, Any]) -> str:
     if "error" in event and "type" not in event:  # an OpenAIError body from the stream helper
         event = error_body(500, str(event["error"].get("message", "stream failed")))
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+    return sse_wire.json_event(event, event["type"])

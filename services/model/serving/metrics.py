@@ -2,7 +2,7 @@
 
 Time to first token, inter-token latency and end-to-end latency are what serving dashboards
 (vLLM's, SGLang's) chart; queue time separates waiting for admission from decoding. The gauges
-(running, waiting, cache usage) are read from the engine at scrape time (:mod:`services.model.app`).
+(running, waiting, cache usage, pool pages and state slots) are read from the engine at scrape time (:mod:`services.model.app`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+#: The memory readings on /health and /metrics (``k3stack_model_engine_<key>``), from the runner.
+MEMORY_METRICS = {
+    "pool_pages": "Pages of the KV pool (MLA latent KV; the KDA state is in slots beside it).",
+    "pool_pages_used": "Pool pages referenced by running requests or the prefix cache.",
+    "state_slots": "KDA state slots: one per request the engine can run at once.",
+    "state_slots_used": "KDA state slots held by running requests.",
+}
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _INTER_TOKEN = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5, 5)

@@ -1,20 +1,22 @@
-"""One paged pool for MLA latent-KV pages and KDA state pages (report §5.4.1, "unified layout").
+"""The paged pool of MLA latent-KV pages, and the per-request KDA state slots beside it.
 
-Every page is the same number of bytes, cut from one ``uint8`` tensor, so both kinds share one
-free list, one reference count and one eviction path:
+- An **MLA page** holds ``page_tokens`` tokens of latent KV for every MLA layer
+  (``[mla_layers, page_tokens, kv_lora_rank + rope]`` in the model dtype), cut from one ``uint8``
+  tensor with one free list and one reference count.
+- A **state slot** holds one running request's KDA recurrent state, every KDA layer back to back;
+  per layer, each head's bytes are contiguous: ``[H, K*V + (W-1)*3*K]`` fp32, the delta-rule state
+  ``S_h`` followed by that head's q|k|v short-conv window. Slots are sized from the model config
+  (:attr:`PagedPool.state_bytes`, 122 KiB on ``tiny``) and there is one per request the engine
+  runs, so pages are left to KV: a request's state used to take a whole page (3.75 MiB there),
+  16 of the default pool's 22 pages. The prefix cache's checkpoints use the same slot layout
+  (:mod:`.checkpoint_slab`), so saving or restoring one is a single row copy.
 
-- an **MLA page** holds ``page_tokens`` tokens of latent KV for every MLA layer
-  (``[mla_layers, page_tokens, kv_lora_rank + rope]`` in the model dtype);
-- a **KDA page** holds the recurrent state of one *KDA group*: as many KDA layers as fit in a
-  page. Per layer, each head's bytes are contiguous: ``[H, K*V + (W-1)*3*K]`` fp32, the delta-rule
-  state ``S_h`` followed by that head's q|k|v short-conv window. A request owns one private
-  KDA page per group; a checkpoint is one read-only page per group.
-
-The page byte size is ``max(MLA page, one KDA layer)``. A request's MLA page may be shared with
-the prefix cache and other requests: only its *writer* (the request that filled it) appends,
-and only at its fill mark; anyone else copies the page before writing (copy on write), so
-bytes others can see are never changed in place. When pages run out the pool asks
-``reclaim(n)`` (the prefix cache's eviction) before raising :class:`PoolExhausted`.
+``state_in_pages=True`` reproduces the old layout (each request's state in a private pool page)
+for the bench's before/after figures. A request's MLA page may be shared with the prefix cache
+and other requests: only its *writer* (the request that filled it) appends, and only at its fill
+mark; anyone else copies the page before writing (copy on write), so bytes others can see are
+never changed in place. When pages run out the pool asks ``reclaim(n)`` (the prefix cache's
+eviction) before raising :class:`PoolExhausted`.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ __all__ = ["PagedPool", "PagedState", "PoolExhausted"]
 
 @dataclass(eq=False)
 class PagedState:
-    """One request's pages: private KDA pages (one per group) and its MLA page table."""
+    """One request's KDA state slot and its MLA page table."""
 
-    kda_pages: list[int]
+    kda_slot: int
     block_table: list[int] = field(default_factory=list)
     num_tokens: int = 0
     freed: bool = False
@@ -42,12 +44,12 @@ class PagedState:
 
     @property
     def slot(self) -> int:
-        """A unique id while the state lives (its first KDA page), for duplicate checks."""
-        return self.kda_pages[0]
+        """A unique id while the state lives, for duplicate checks."""
+        return self.kda_slot
 
 
 class PagedPool:
-    """The one pool; see the module docstring. ``num_pages`` pages of ``page_bytes`` each."""
+    """``num_pages`` MLA pages of ``page_bytes`` and ``max_requests`` state slots; see above."""
 
     def __init__(
         self,
@@ -58,9 +60,10 @@ class PagedPool:
         page_tokens: int = 6144,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        state_in_pages: bool = False,
     ) -> None:
-        if num_pages <= 0 or page_tokens <= 0:
-            raise ValueError("num_pages and page_tokens must be > 0")
+        if num_pages <= 0 or page_tokens <= 0 or max_requests <= 0:
+            raise ValueError("num_pages, page_tokens and max_requests must be > 0")
         la = config.linear_attn_config
         self.config = config
         self.device = torch.device(device)
@@ -68,7 +71,7 @@ class PagedPool:
         self.page_tokens = page_tokens
         self.num_pages = num_pages
         self.max_requests = max_requests
-        self._live = 0
+        self.state_in_pages = state_in_pages
         self.n_mla, self.latent_dim = len(config.mla_layer_ids), config.mla_latent_dim
         self.n_kda = len(config.kda_layer_ids)
         self.heads, self.head_dim = la.num_heads, la.head_dim
@@ -77,22 +80,30 @@ class PagedPool:
         elt = torch.empty((), dtype=dtype).element_size()
         self.mla_bytes = self.n_mla * page_tokens * self.latent_dim * elt
         self.layer_bytes = self.heads * self.head_elems * 4
-        self.page_bytes = -(-max(self.mla_bytes, self.layer_bytes) // 16) * 16
-        self.layers_per_group = max(1, self.page_bytes // self.layer_bytes) if self.n_kda else 1
-        self.num_groups = -(-self.n_kda // self.layers_per_group) if self.n_kda else 0
+        #: One request's KDA state (every layer), the size of a state slot.
+        self.state_bytes = self.n_kda * self.layer_bytes
+        page = max(self.mla_bytes, self.state_bytes if state_in_pages else 0, 16)
+        self.page_bytes = -(-page // 16) * 16
         self.storage = torch.zeros(num_pages, self.page_bytes, dtype=torch.uint8, device=device)
-        # Typed views of the same bytes (no copies): MLA and KDA interpretations of every page.
+        # Typed views of the same bytes (no copies).
         self.mla_view = (
             self.storage[:, : self.mla_bytes]
             .view(dtype)
             .view(num_pages, self.n_mla, page_tokens, self.latent_dim)
         )
-        lpg = self.layers_per_group
-        self.kda_view = (
-            self.storage[:, : lpg * self.layer_bytes]
-            .view(torch.float32)
-            .view(num_pages, lpg, self.heads, self.head_elems)
+        if state_in_pages:
+            self.state_raw = self.storage[:, : self.state_bytes]
+            self._free_slots: list[int] = []  # a state takes a page
+        else:
+            self.state_raw = torch.zeros(
+                max_requests, self.state_bytes, dtype=torch.uint8, device=device
+            )
+            self._free_slots = list(range(max_requests - 1, -1, -1))
+        #: ``[slots, n_kda, H, head_elems]`` fp32 over :attr:`state_raw` (a slot per row).
+        self.state_view = self.state_raw.view(torch.float32).view(
+            self.state_raw.shape[0], self.n_kda, self.heads, self.head_elems
         )
+        self._live = 0
         self._free: list[int] = list(range(num_pages - 1, -1, -1))
         self.refs = [0] * num_pages
         self.filled = [0] * num_pages  # MLA tokens written into the page
@@ -111,13 +122,14 @@ class PagedPool:
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
         spare_pages: int = 0,
+        state_in_pages: bool = False,
     ) -> PagedPool:
-        """A pool for ``max_tokens`` of latent KV plus every request's private KDA pages."""
-        probe = cls(config, 1, page_tokens=page_tokens, device="meta", dtype=dtype)
-        pages = -(-max_tokens // page_tokens) + max_requests * max(probe.num_groups, 1)
+        """A pool for ``max_tokens`` of latent KV and ``max_requests`` state slots (with
+        ``state_in_pages``, a page per request more, as the old layout sized it)."""
+        pages = -(-max_tokens // page_tokens) + (max_requests if state_in_pages else 0)
         return cls(
             config, pages + spare_pages, max_requests=max_requests, page_tokens=page_tokens,
-            device=device, dtype=dtype,
+            device=device, dtype=dtype, state_in_pages=state_in_pages,
         )  # fmt: skip
 
     # ----- accounting ----------------------------------------------------------------------
@@ -131,11 +143,21 @@ class PagedPool:
         return self.max_requests - self._live
 
     @property
+    def num_live(self) -> int:
+        """State slots in use: one per running request."""
+        return self._live
+
+    @property
+    def num_used_pages(self) -> int:
+        """Pages referenced by requests or the prefix cache (and, in the old layout, states)."""
+        return self.num_pages - len(self._free)
+
+    @property
     def max_tokens(self) -> int:
-        """The longest request the pool can always hold: the pages left once every request slot
-        has its private KDA pages (counting only its own let a request be admitted that could
-        not finish beside others: 129,024 tokens in a 32,768-token pool)."""
-        reserved = self.max_requests * max(self.num_groups, 1)
+        """The longest request the pool can always hold: every page, since states live in
+        slots and others' pages are preempted or evicted for it (in the old layout, the pages
+        left once every request has its state page)."""
+        reserved = self.max_requests if self.state_in_pages else 0
         return max(self.num_pages - reserved, 1) * self.page_tokens
 
     @property
@@ -169,14 +191,13 @@ class PagedPool:
 
     # ----- request lifecycle (the runner's pool interface) ---------------------------------
     def allocate(self) -> PagedState:
-        """A fresh state: zeroed private KDA pages, no MLA pages. Raises PoolExhausted."""
+        """A fresh state: a zeroed KDA state slot, no MLA pages. Raises PoolExhausted."""
         if self._live >= self.max_requests:
             raise PoolExhausted(f"all {self.max_requests} request slots are in use")
-        pages = self.take(max(self.num_groups, 1))
-        for p in pages:
-            self.storage[p].zero_()
+        slot = self.take(1)[0] if self.state_in_pages else self._free_slots.pop()
+        self.state_raw[slot].zero_()
         self._live += 1
-        return PagedState(kda_pages=pages)
+        return PagedState(kda_slot=slot)
 
     def free(self, state: PagedState) -> None:
         if state.freed:
@@ -185,8 +206,10 @@ class PagedPool:
             if self._writer[p] == id(state):
                 self._writer[p] = None
             self.unref(p)
-        for p in state.kda_pages:
-            self.unref(p)
+        if self.state_in_pages:
+            self.unref(state.kda_slot)
+        else:
+            self._free_slots.append(state.kda_slot)
         state.block_table, state.freed = [], True
         self._live -= 1
 
@@ -227,15 +250,12 @@ class PagedPool:
                 self.unref(p)
 
     # ----- what the model reads and writes -------------------------------------------------
-    def _kda_at(self, states: Sequence[PagedState], row: int) -> tuple[torch.Tensor, int]:
-        g, li = divmod(row, self.layers_per_group)
-        pages = torch.tensor([s.kda_pages[g] for s in states], device=self.device)
-        return pages, li
+    def _slots(self, states: Sequence[PagedState]) -> torch.Tensor:
+        return torch.tensor([s.kda_slot for s in states], device=self.device)
 
     def kda_read(self, states: Sequence[PagedState], row: int) -> tuple[torch.Tensor, torch.Tensor]:
         """KDA layer ``row``'s ``(conv [B, W-1, 3*H*K], S [B, H, K, V])`` for ``states``."""
-        pages, li = self._kda_at(states, row)
-        flat = self.kda_view[pages, li]  # [B, H, head_elems] (a gather: a copy)
+        flat = self.state_view[self._slots(states), row]  # [B, H, head_elems] (a gather: a copy)
         b, h, k, w = len(states), self.heads, self.head_dim, self.conv_width
         s = flat[..., : k * k].reshape(b, h, k, k)
         conv = flat[..., k * k :].reshape(b, h, w, 3, k).permute(0, 2, 3, 1, 4)
@@ -244,10 +264,10 @@ class PagedPool:
     def kda_write(
         self, states: Sequence[PagedState], row: int, conv: torch.Tensor, s: torch.Tensor
     ) -> None:
-        pages, li = self._kda_at(states, row)
         b, h, k, w = len(states), self.heads, self.head_dim, self.conv_width
         conv_h = conv.float().reshape(b, w, 3, h, k).permute(0, 3, 1, 2, 4).reshape(b, h, -1)
-        self.kda_view[pages, li] = torch.cat((s.float().reshape(b, h, k * k), conv_h), dim=-1)
+        flat = torch.cat((s.float().reshape(b, h, k * k), conv_h), dim=-1)
+        self.state_view[self._slots(states), row] = flat
 
     def write_latent(
         self, state: PagedState, mla_idx: int, start: int, latent: torch.Tensor
@@ -278,3 +298,6 @@ class PagedPool:
         assert len(free) == len(self._free), "duplicate free page"
         for p, r in enumerate(self.refs):
             assert (r == 0) == (p in free), f"page {p}: refs={r}, free={p in free}"
+        if not self.state_in_pages:
+            assert len(set(self._free_slots)) == len(self._free_slots), "duplicate free slot"
+            assert len(self._free_slots) + self._live == self.max_requests, "a slot leaked"

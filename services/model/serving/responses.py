@@ -41,6 +41,7 @@ from services.model.serving.protocol import (
     chat_request,
     new_id,
 )
+from shared import sse as sse_wire
 
 # ----- request ------------------------------------------------------------------------------------
 
@@ -619,4 +620,4 @@ async def stream_events(
 def sse(event: dict[str, Any]) -> str:
     if "type" not in event:  # an error body from the stream helper
         event = {"type": "error", **event.get("error", {})}
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+    return sse_wire.json_event(event, event["type"])

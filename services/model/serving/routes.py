@@ -40,6 +40,7 @@ from services.model.serving.protocol import (
     TokenizeRequest,
     TokenizeResponse,
 )
+from shared import sse
 from shared.errors import APIError
 
 log = logging.getLogger("k3stack.model.api")
@@ -96,7 +97,7 @@ def _sse_line(obj: BaseModel | dict[str, Any] | str) -> str:
         data = json.dumps(obj)
     else:
         data = obj
-    return f"data: {data}\n\n"
+    return sse.event(data)
 
 
 def _with_headers(answer: Any, headers: dict[str, str], exclude_none: bool = True) -> Any:

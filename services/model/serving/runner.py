@@ -120,6 +120,22 @@ class K3Runner:
             return float(self.pools.usage)
         return 1.0 - self.pools.num_free_blocks / self.pools.num_blocks
 
+    @property
+    def memory_readings(self) -> dict[str, float]:
+        """Pool pages (MLA KV) and KDA state slots, in all and in use, for /metrics."""
+        p = self.pools
+        if hasattr(p, "num_used_pages"):
+            pages, used = p.num_pages, p.num_used_pages
+        else:
+            pages, used = p.num_blocks, p.num_blocks - p.num_free_blocks
+        slots = getattr(p, "max_requests", None) or p.num_slots
+        return {
+            "pool_pages": pages,
+            "pool_pages_used": used,
+            "state_slots": slots,
+            "state_slots_used": slots - p.num_free_slots,
+        }
+
     def allocate(self) -> RequestState:
         return self.pools.allocate()
 

@@ -14,12 +14,14 @@ from sqlalchemy import select
 
 from services.orchestrator.episode.journal import current_state
 from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
+from services.orchestrator.episode.platform import Services
 from services.orchestrator.episode.stop import Outcome
+from shared.db import ServiceDatabase
 
 FORMAT = "k3stack.trajectory/orchestrator-1"
 
 
-def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
+def trajectory(db: ServiceDatabase, episode_id: str) -> dict[str, Any] | None:
     with db.session() as s:
         row = s.get(EpisodeRow, episode_id)
         if row is None:
@@ -57,7 +59,7 @@ def trajectory(db: Any, episode_id: str) -> dict[str, Any] | None:
         }
 
 
-def write_artifacts(db: Any, svc: Any, episode_id: str) -> str | None:
+def write_artifacts(db: ServiceDatabase, svc: Services, episode_id: str) -> str | None:
     """Trajectory JSON and HTML report side by side; returns the prefix they live under."""
     from services.orchestrator.report import render_report
 
@@ -76,7 +78,7 @@ def to_shared(doc: dict[str, Any]):  # type: ignore[no-untyped-def]
     """The platform's versioned trajectory (``shared.trajectory``) from an episode's items:
     model calls with their observations and request options, compaction boundaries carrying
     the new context, the score as metadata and exit."""
-    from services.orchestrator.installed.exchanges import add_exchange
+    from services.orchestrator.exchanges import add_exchange
     from shared.chat import ChatMessage, ToolDefinition, Usage
     from shared.trajectory import EventResult, Generation, Trajectory
 

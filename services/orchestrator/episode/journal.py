@@ -3,7 +3,9 @@
 Each tick's transaction appends the tick's trajectory items (messages added, tool results,
 clock notices: the context is rebuilt from them) and one :class:`StepRow` holding what changed
 in the rest of the state (counters, cursor, pending calls, scratch) as a delta against the tick
-before, so a tick writes what it changed, whatever the episode's length. The episode row's
+before (a JSON Patch, RFC 6902, made and applied by ``jsonpatch``), so a tick writes what it
+changed, whatever the episode's length. Rows written before the journal used JSON Patch hold
+``["set", path, value]`` / ``["del", path]`` lists; they still replay. The episode row's
 ``state`` is a snapshot of that rest, rewritten only every :data:`SNAPSHOT_EVERY` ticks and when
 the phase or the exit reason changes. The state as of the last committed tick is the snapshot
 with the later records applied in order; the records are committed with the tick they describe,
@@ -15,6 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonpatch
 from sqlalchemy import select
 
 from services.orchestrator.episode.models import EpisodeRow, StepRow
@@ -23,33 +26,27 @@ from services.orchestrator.episode.state import EpisodeState
 SNAPSHOT_EVERY = 16
 IN_ITEMS = frozenset({"messages", "scenario"})  # stored as trajectory items, not here
 
-Path = list[str]
-
 
 def journaled(state: EpisodeState) -> dict[str, Any]:
     """The part of the state the journal keeps (JSON)."""
     return state.model_dump(mode="json", exclude=IN_ITEMS)
 
 
-def diff(old: dict[str, Any], new: dict[str, Any], path: Path | None = None) -> list[Any]:
-    """The operations that turn ``old`` into ``new``: ``["set", path, value]`` and
-    ``["del", path]``, recursing into objects (a list or a scalar is set whole)."""
-    path = path or []
-    ops: list[Any] = []
-    for key, value in new.items():
-        here = [*path, key]
-        if key not in old:
-            ops.append(["set", here, value])
-        elif isinstance(value, dict) and isinstance(old[key], dict):
-            ops.extend(diff(old[key], value, here))
-        elif value != old[key]:
-            ops.append(["set", here, value])
-    ops.extend(["del", [*path, key]] for key in old if key not in new)
-    return ops
+def diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch operations that turn ``old`` into ``new``."""
+    return jsonpatch.make_patch(old, new).patch
 
 
 def patch(doc: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
-    """``doc`` with ``ops`` (from :func:`diff`) applied, in place."""
+    """``doc`` with ``ops`` (from :func:`diff`, or a row of the older format) applied, in place."""
+    if ops and isinstance(ops[0], list):
+        return _patch_set_del(doc, ops)
+    return jsonpatch.apply_patch(doc, ops, in_place=True)
+
+
+def _patch_set_del(doc: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
+    """The older rows' operations: ``["set", path, value]`` and ``["del", path]``, a path a
+    list of object keys."""
     for op in ops:
         *parents, last = op[1]
         node = doc
@@ -72,7 +69,7 @@ def replay(session: Any, row: EpisodeRow) -> tuple[dict[str, Any], int]:
         .order_by(StepRow.tick)
     ).all()
     for _, delta in records:
-        patch(doc, delta)
+        doc = patch(doc, delta)
     return doc, records[-1][0] if records else tick
 
 

@@ -32,6 +32,9 @@ class EpisodeRow(JobMixin, Base):
     resources_released: Mapped[bool] = mapped_column(Boolean, default=False)
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)
     result_location: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    #: the driver that runs it (``episode/driver.py``), picked at submit; null: stored before
+    #: drivers were, picked by its harness kind at its next start
+    driver: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
     @property
     def request(self) -> dict[str, Any]:

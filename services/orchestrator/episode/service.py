@@ -5,31 +5,34 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import object_session
 
 from services.orchestrator.episode.journal import current_state
 from services.orchestrator.episode.models import EpisodeRow, TrajectoryItemRow
-from services.orchestrator.episode.runner import (
+from services.orchestrator.episode.platform import Services
+from services.orchestrator.episode.runner import release_resources
+from services.orchestrator.episode.schema import Episode, EpisodeCreate, EventResult
+from services.orchestrator.episode.store import (
     TASK_NAME,
     TERMINAL,
     EpisodeStore,
-    Services,
-    _aware,
+    aware,
     episode_queue,
     now_utc,
-    release_resources,
 )
-from services.orchestrator.episode.schema import Episode, EpisodeCreate, EventResult
+from services.orchestrator.harness.config import HarnessConfig
+from shared.db import ServiceDatabase
 from shared.errors import APIError
 from shared.jobs import JobReaper
+from shared.objectstore.base import ObjectStore
+from shared.settings import Settings
 
 log = logging.getLogger("k3stack.orchestrator")
 
 
-def services_from_settings(settings: Any, objects: Any = None) -> Services:
+def services_from_settings(settings: Settings, objects: ObjectStore | None = None) -> Services:
     from shared.clients import ModelClient, SandboxClient, ToolsClient
 
     if objects is None:
@@ -46,17 +49,25 @@ def services_from_settings(settings: Any, objects: Any = None) -> Services:
 
 
 def create_episode(
-    db: Any, body: EpisodeCreate, enqueue: Callable[[str], None], harness: Any = None
+    db: ServiceDatabase,
+    body: EpisodeCreate,
+    enqueue: Callable[[str], None],
+    harness: HarnessConfig | None = None,
+    driver: str | None = None,
 ) -> str:
     """Row first (a job of kind ``episode``, queued), then the queue; a failed enqueue marks
     the row failed (``enqueue_failed``), never "queued" forever. ``harness`` (the resolved
     :class:`HarnessConfig`, as checked at submit) is stored with the episode, so editing the
-    preset later changes no queued or resumed episode."""
+    preset later changes no queued or resumed episode; so is ``driver``, the name of the
+    driver that runs it (picked from the registry at submit; none: at its first start)."""
     store = EpisodeStore(db)
     job = store.create(
         kind="episode", payload=body.model_dump(mode="json"), task_name=TASK_NAME, queue=episode_queue(),
         job_id="ep_" + uuid.uuid4().hex[:20],
     )  # fmt: skip
+    if driver is not None:
+        with db.session() as s:
+            s.get(EpisodeRow, job.id).driver = driver
     if harness is not None:
         store_harness(db, job.id, harness)
     try:
@@ -66,7 +77,7 @@ def create_episode(
     return job.id
 
 
-def store_harness(db: Any, episode_id: str, harness: Any) -> None:
+def store_harness(db: ServiceDatabase, episode_id: str, harness: HarnessConfig) -> None:
     """The episode's resolved harness, its trajectory's item 0."""
     with db.session() as s:
         s.add(
@@ -91,8 +102,8 @@ def episode_view(row: EpisodeRow) -> Episode:
         policy=(req.get("policy") or {}).get("kind", ""),
         scenario=task.get("scenario"),
         seed=task.get("seed", 0),
-        created_at=_aware(row.created_at),  # type: ignore[arg-type]
-        updated_at=_aware(row.updated_at),  # type: ignore[arg-type]
+        created_at=aware(row.created_at),  # type: ignore[arg-type]
+        updated_at=aware(row.updated_at),  # type: ignore[arg-type]
         step=state.step,
         tokens=state.usage.total,
         compactions=state.compactions,
@@ -122,7 +133,7 @@ def episode_view(row: EpisodeRow) -> Episode:
     )
 
 
-def request_cancel(db: Any, svc: Services | None, episode_id: str) -> EpisodeRow | None:
+def request_cancel(db: ServiceDatabase, svc: Services | None, episode_id: str) -> EpisodeRow | None:
     """Cancel the episode's job (its status is ``cancelled`` at once). A queued one never
     starts; a running one's worker stops at its next tick (or heartbeat) and releases its
     sandbox and world itself, so they are not pulled from under the tick it is in; a
@@ -146,7 +157,10 @@ def request_cancel(db: Any, svc: Services | None, episode_id: str) -> EpisodeRow
 
 
 def reap(
-    db: Any, svc: Services | None, enqueue: Callable[[str], None], store: EpisodeStore | None = None
+    db: ServiceDatabase,
+    svc: Services | None,
+    enqueue: Callable[[str], None],
+    store: EpisodeStore | None = None,
 ) -> dict[str, list[str]]:
     """The shared job model's recovery rule for episodes (a ``running`` one whose heartbeat is
     older than the lease is re-queued, or failed ``worker_lost`` after
@@ -177,23 +191,24 @@ def reap(
 
 class EpisodeReaper(JobReaper):
     """The shared :class:`JobReaper` thread with the orchestrator's pass: lapsed episodes
-    re-queued (their resources released once finished), then lapsed rollout samples."""
+    re-queued (their resources released once finished), then the extensions' own passes
+    (``also``: name -> pass returning the ids it handled; the rollout samples', given by the
+    app, so the core imports no extension)."""
 
     def __init__(
         self,
-        db: Any,
+        db: ServiceDatabase,
         svc: Services | None,
         enqueue: Callable[[str], None],
-        sample_enqueue: Callable[[str], None],
         interval_s: float,
+        also: dict[str, Callable[[], list[str]]] | None = None,
     ) -> None:
         store = EpisodeStore(db, svc.settings if svc else None)
         super().__init__(store, None, interval_s)  # type: ignore[arg-type] # no Celery app: its own enqueue
-        self.db, self.svc, self.enqueue, self.sample_enqueue = db, svc, enqueue, sample_enqueue
+        self.db, self.svc, self.enqueue, self.also = db, svc, enqueue, dict(also or {})
 
     def reap_once(self) -> dict[str, list[str]]:
-        from services.orchestrator.rollouts.service import reap_samples
-
         out = reap(self.db, self.svc, self.enqueue, self.store)  # type: ignore[arg-type]
-        out["samples"] = reap_samples(self.db, self.sample_enqueue)
+        for name, reap_pass in self.also.items():
+            out[name] = reap_pass()
         return out

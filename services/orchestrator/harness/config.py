@@ -1,7 +1,9 @@
 """A harness is a configuration of modules; this is its schema and its loader.
 
 Presets are YAML files under ``presets/``; a user's own harnesses are YAML files under
-``<data dir>/harnesses`` (``k3stack harness new NAME --from PRESET`` copies a preset there).
+``<data dir>/harnesses`` (``k3stack harness new NAME --from PRESET`` copies a preset there). An
+installed agent CLI without a preset file of its name has its harness in its agent spec
+(``services/orchestrator/installed/agents/<name>.yaml``, its ``harness:`` mapping).
 Every model forbids unknown keys, so a typo or a wrong type is an error naming the key and the
 file, never a silently ignored setting.
 """
@@ -14,17 +16,14 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from services.orchestrator.installed.catalog import AGENTS
+from services.orchestrator.installed.spec import AGENTS_DIR
+
 PRESETS_DIR = Path(__file__).parent / "presets"
 PRESET_NAMES = ("claude-code", "codex", "kimi-code", "openclaw", "hermes")
-# the real CLIs (services/orchestrator/installed), run as they are; prompt and tools here are
-# their white-box counterpart's, for `k3stack harness compare`
-INSTALLED_NAMES = (
-    "claude-code-cli",
-    "codex-cli",
-    "kimi-code-cli",
-    "openclaw-cli",
-    "hermes-cli",
-)
+# the real CLIs (services/orchestrator/installed), run as they are, one per agent spec; prompt
+# and tools here are their white-box counterpart's, for `k3stack harness compare`
+INSTALLED_NAMES = tuple(AGENTS)
 
 
 class _Strict(BaseModel):
@@ -186,8 +185,25 @@ def parse_harness(text: str, source: str) -> HarnessConfig:
         raise HarnessError(f"{source}: {problems}") from None
 
 
+def _spec_harness(preset: str) -> dict:
+    """The harness an agent spec carries: the real CLI as it is (its own prompt and tools)."""
+    agent = AGENTS[preset]
+    return {
+        "name": preset, "kind": "installed", "description": agent.description,
+        "system_prompt": "(the real CLI's own system prompt)", "tools": [],
+        "mcp_tool_name": "mcp__{server}__{tool}", **(agent.harness or {}),
+    }  # fmt: skip
+
+
+def _harness_text(path: Path) -> str:
+    if path.parent == AGENTS_DIR:  # an agent spec: its harness
+        preset = next(p for p, a in AGENTS.items() if a.name == path.stem)
+        return yaml.safe_dump(_spec_harness(preset), sort_keys=False)
+    return path.read_text()
+
+
 def load_harness_file(path: Path) -> HarnessConfig:
-    return parse_harness(path.read_text(), str(path))
+    return parse_harness(_harness_text(path), str(path))
 
 
 def user_dir(data_dir: Path) -> Path:
@@ -203,6 +219,8 @@ def harness_path(name: str, data_dir: Path | None = None) -> Path:
     preset = PRESETS_DIR / f"{name}.yaml"
     if preset.exists():
         return preset
+    if name in AGENTS:
+        return AGENTS_DIR / f"{AGENTS[name].name}.yaml"
     raise KeyError(f"unknown harness {name!r}; presets: {', '.join(PRESET_NAMES)}")
 
 
@@ -226,7 +244,7 @@ def new_harness(name: str, preset: str, data_dir: Path) -> Path:
     target = user_dir(data_dir) / f"{name}.yaml"
     if target.exists():
         raise HarnessError(f"{target}: already exists")
-    data = yaml.safe_load(source.read_text())
+    data = yaml.safe_load(_harness_text(source))
     data["name"] = name
     data["based_on"] = preset
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -26,41 +26,46 @@ dead or slow endpoint) ends ``agent_no_tools``, a failed job, never a "done" tha
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
 
+from services.orchestrator.episode.driver import DriverContext, NotPausable, Step
+from services.orchestrator.episode.loop import World
+from services.orchestrator.episode.recorder import EpisodeRecorder
 from services.orchestrator.episode.state import EpisodeState, WorldLease
 from services.orchestrator.episode.stop import Outcome
 from services.orchestrator.gateway import Route, Routes, serving
-from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, require
+from services.orchestrator.installed.catalog import AGENTS, ALL, Agent, NotInstalled, require
 from services.orchestrator.installed.launch import (
-    BUNDLED_CATALOG,
-    QUIET_ENV,
+    HOOKS,
     Endpoint,
     Invocation,
     MCPServer,
-    claude_invocation,
-    codex_invocation,
-    hermes_invocation,
-    kimi_invocation,
-    openclaw_invocation,
+    invocation,
+    probe_env,
     relocate,
 )
+from services.orchestrator.installed.parsers import PARSERS, parse_output, parse_text
 from services.orchestrator.tools.mcp import scenario_apps
+from shared.clients import SandboxClient
+
+if TYPE_CHECKING:
+    from services.orchestrator.installed.oracle import OracleEngine
+
+__all__ = ["Day", "InstalledDriver", "outcome", "parse_output", "parse_text", "run_in_sandbox"]
 
 GUEST_HOME = "/root/agent"
 GUEST_WORK = "/root/work"
 ENDS = {a.preset: a.ends for a in ALL}
-_SESSION_LINE = re.compile(r"^session_id:\s*(\S+)\s*$")
 
 
 @dataclass
@@ -71,42 +76,6 @@ class Day:
     timed_out: bool = False
     wall_s: float = 0.0
     stderr_tail: str = ""
-
-
-def parse_output(stdout: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """JSON lines, or one JSON document over many lines (OpenClaw's envelope, as an
-    ``envelope`` event)."""
-    events, garbage = [], []
-    for line in stdout.splitlines():
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            garbage.append(line[:200])
-            continue
-        (events if isinstance(value, dict) else garbage).append(value)
-    if garbage:  # not JSON lines: perhaps one document over many lines
-        try:
-            whole = json.loads(stdout)
-        except json.JSONDecodeError:
-            whole = None
-        if isinstance(whole, dict):
-            return [{**whole, "type": "envelope"}], []
-    return events, garbage
-
-
-def parse_text(stdout: str, stderr: str = "") -> tuple[list[dict[str, Any]], list[str]]:
-    """A text stdout (Hermes's quiet mode): the final text as one ``text`` event, and the last
-    ``session_id: ID`` line (Hermes prints it on stderr) as a ``session`` event, its end of
-    turn; never garbage."""
-    lines = stdout.rstrip().splitlines()
-    found = [m for m in map(_SESSION_LINE.match, (stdout + "\n" + stderr).splitlines()) if m]
-    text = "\n".join(ln for ln in lines if not _SESSION_LINE.match(ln)).strip()
-    events: list[dict[str, Any]] = [{"type": "text", "text": text[-4000:]}] if text else []
-    if found:
-        events.append({"type": "session", "session_id": found[-1].group(1)})
-    return events, []
 
 
 def outcome(preset: str, day: Day) -> Outcome | None:
@@ -139,7 +108,11 @@ def served_model(base_url: str, api_key: str | None) -> str:
 
 
 def run_in_sandbox(
-    sandbox: Any, sandbox_id: str, inv: Invocation, timeout_s: float, pidfile: Path | None = None
+    sandbox: SandboxClient,
+    sandbox_id: str,
+    inv: Invocation,
+    timeout_s: float,
+    pidfile: Path | None = None,
 ) -> Day:
     """Run one invocation as a streamed exec of the sandbox; past ``timeout_s`` the sandbox
     kills its process group. A command killed by signal N exits 128+N there: ``returncode``
@@ -170,120 +143,140 @@ def run_in_sandbox(
             pidfile.unlink(missing_ok=True)
     if rc is not None and rc > 128:
         rc = 128 - rc
-    if inv.text_output:
-        events, garbage = parse_text("".join(out), "".join(err))
-    else:
-        events, garbage = parse_output("".join(out))
+    events, garbage = PARSERS[inv.parser]("".join(out), "".join(err))
     tail = "".join(err)[-2000:]
     return Day(rc, events, garbage, timed_out, time.monotonic() - started, tail)
 
 
-class InstalledEpisode:
-    """Drives one episode of an installed-agent harness for an :class:`EpisodeRunner`."""
+class InstalledDriver:
+    """Drives one episode of an installed-agent harness: a tick is one simulated day (one
+    invocation of the CLI), committed through the shared :class:`EpisodeRecorder`."""
 
-    def __init__(self, runner: Any, request: Any, harness: Any) -> None:
-        self.r = runner
-        self.request = request
-        self.harness = harness
-        self.preset = harness.name if harness.name in AGENTS else str(harness.based_on)
+    name: ClassVar[str] = "installed"
+
+    def __init__(self, ctx: DriverContext) -> None:
+        self.svc = ctx.services
+        self.id = ctx.job.id
+        self.rec = EpisodeRecorder(ctx.db, ctx.services, ctx.job)
+        self.request = self.rec.request()
+        self.harness = self.rec.harness(self.request)
+        self.preset = (
+            self.harness.name if self.harness.name in AGENTS else str(self.harness.based_on)
+        )
         self.agent: Agent = require(self.preset)
-        self.home = Path(runner.svc.settings.data_dir) / "agent-runs" / runner.id
+        self.home = Path(self.svc.settings.data_dir) / "agent-runs" / self.id
         self.steps: list[dict[str, Any]] = []
-        self.oracle: Any = None
+        self.oracle: OracleEngine | None = None
         self._oracle_seen = -1
         self.sandbox_id = ""
-        self._bundled: str | None = None  # Codex's catalogue, as its binary prints it
+        self._probes: dict[str, str] = {}  # each hook's probe, as the binary printed it
         self.model: str | None = None  # the served model's name (set with the route)
+        self._open = ExitStack()  # the gateway, served for the run
+        self._world: World | None = None
+        self._apps: list[str] = []
+        self._prompt = ""
+        self._endpoint: Endpoint | None = None
+        self._mcp: list[MCPServer] = []
+        self._deadline = 0.0
+        self._reason = Outcome.agent_failed
 
     # -- policy endpoint -------------------------------------------------------------------------
 
-    def _route(self, world: Any) -> Route:
+    def _route(self, world: World) -> Route:
         spec = self.request.policy
         agent = f"{self.agent.package}@{self.agent.version}"
         if spec.kind == "oracle":
             from services.orchestrator.installed.oracle import OracleEngine
 
             task = self.request.task
-            plan = self.r.svc.tools.get_json(
+            plan = self.svc.tools.get_json(
                 f"/scenarios/{task.scenario}/oracle", params={"seed": task.seed}
             )
             self.oracle = OracleEngine(plan, world.now)
             return Route("", None, self.steps.append, agent=agent, answer=self.oracle.respond)
-        base = spec.base_url or self.r.svc.model.openai_base_url
-        key = spec.api_key or self.r.svc.settings.model.api_key
+        base = spec.base_url or self.svc.model.openai_base_url
+        key = spec.api_key or self.svc.settings.model.api_key
         self.model = spec.model or served_model(base, key)
         return Route(
             base, key, self.steps.append, self.harness.budgets.max_output_tokens, agent=agent
         )  # fmt: skip
 
-    # -- the days ----------------------------------------------------------------------------
+    # -- the protocol: a tick is a day -------------------------------------------------------
 
-    def run(self, job_state: EpisodeState | None) -> None:
-        from services.orchestrator.episode.loop import World
-
-        r, task = self.r, self.request.task
-        state = job_state or EpisodeState()
-        scenario = r.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
+    def start(self) -> EpisodeState:
+        task = self.request.task
+        state = self.rec.load_state() or EpisodeState()
+        scenario = self.svc.tools.scenario(task.scenario, task.seed).model_dump(mode="json")
         if state.world is None:
-            created = r.svc.tools.create_world(task.scenario, task.seed)
+            created = self.svc.tools.create_world(task.scenario, task.seed)
             state.world = WorldLease(id=created.id, token=created.token)
-            with r.db.session() as s:
-                from services.orchestrator.episode.models import EpisodeRow
-
-                s.get(EpisodeRow, r.id).world_id = created.id
+            self.rec.lease(world_id=created.id)
         w = state.world
-        world = World(
-            r.svc.tools, w.id, w.token,
+        world = self._world = World(
+            self.svc.tools, w.id, w.token,
             end=datetime.fromisoformat(scenario["end"]),
             start=datetime.fromisoformat(scenario["start"]),
         )  # fmt: skip
         state.session_id = state.session_id or str(uuid.uuid4())
         routes = Routes()
-        routes.add(r.id, self._route(world))
-        deadline = time.monotonic() + self.harness.budgets.max_wall_s
-        prompt = self._task_prompt(scenario, world.now())
-        reason = Outcome.agent_failed
-        with serving(routes) as gateway:
-            at = self._sandbox(state, gateway)
-            r._emit("agent", {"name": self.agent.name, "version": self.agent.version,
-                              "package": self.agent.package, "runtime": state.runtime,
-                              "sandbox_id": self.sandbox_id})  # fmt: skip
-            r._persist(state)
-            mcp = self._mcp_servers(at["tools"], w, scenario_apps(scenario))
-            endpoint = Endpoint(
-                f"http://{at['gateway']}/episodes/{r.id}", "episode", self._model_name()
-            )
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    reason = Outcome.max_wall_s
-                    break
-                day = self._day(endpoint, prompt, mcp, state, left)
-                bad = (
-                    outcome(self.preset, day)
-                    or self._no_tools(state, scenario_apps(scenario))
-                    or self._policy_refused(state)
-                )
-                self._record_day(state, day, bad)
-                if bad:
-                    reason = bad
-                    break
-                notice = self._advance(world, state)
-                if notice is None:
-                    reason = Outcome.scenario_end
-                    break
-                prompt = notice
-        state.exit_reason = reason.value
+        routes.add(self.id, self._route(world))
+        self._deadline = time.monotonic() + self.harness.budgets.max_wall_s
+        self._prompt = self._task_prompt(scenario, world.now())
+        self._apps = scenario_apps(scenario)
+        gateway = self._open.enter_context(serving(routes))
+        at = self._sandbox(state, gateway)
+        self.rec.emit("agent", {"name": self.agent.name, "version": self.agent.version,
+                                "package": self.agent.package, "runtime": state.runtime,
+                                "sandbox_id": self.sandbox_id})  # fmt: skip
+        self.rec.persist(state)
+        self._mcp = self._mcp_servers(at["tools"], w, self._apps)
+        self._endpoint = Endpoint(
+            f"http://{at['gateway']}/episodes/{self.id}", "episode", self._model_name()
+        )
+        return state
+
+    def tick(self, state: EpisodeState) -> Step:
+        """One day: the CLI's invocation, its exchanges recorded, then the clock moved to the
+        next due event (or the run's end, named)."""
+        assert self._endpoint is not None and self._world is not None, "tick before start"
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            self._reason = Outcome.max_wall_s
+            return Step.done
+        day = self._day(self._endpoint, self._prompt, self._mcp, state, left)
+        bad = (
+            outcome(self.preset, day)
+            or self._no_tools(state, self._apps)
+            or self._policy_refused(state)
+        )
+        self._record_day(state, day, bad)
+        if bad:
+            self._reason = bad
+            return Step.done
+        notice = self._advance(self._world, state)
+        if notice is None:
+            self._reason = Outcome.scenario_end
+            return Step.done
+        self._prompt = notice
+        return Step.go_on
+
+    def pause(self, state: EpisodeState) -> None:
+        raise NotPausable("an installed agent's episode resumes from its last committed day")
+
+    def finish(self, state: EpisodeState) -> None:
+        """The status and the scoring: the outcome's (stop.py)."""
+        self._open.close()  # the gateway: the CLI's days are over
+        state.exit_reason = self._reason.value
         state.exit_detail = state.exit_detail or self._detail(state)
-        r.score_and_finish(state, world)  # the status and the scoring: the outcome's (stop.py)
+        self.rec.score_and_finish(state, self._world)
+
+    def close(self) -> None:
+        self._open.close()
 
     def _sandbox(self, state: EpisodeState, gateway: str) -> dict[str, str]:
         """The episode's sandbox, its network the gateway and the tools service only; returns
         where the guest reaches each. A resumed job gets a fresh one (the gateway moved)."""
-        from services.orchestrator.episode.models import EpisodeRow
-
-        r = self.r
-        box = r.svc.sandbox
+        box = self.svc.sandbox
         if state.sandbox_id:
             from shared.clients import ServiceError
 
@@ -293,21 +286,40 @@ class InstalledEpisode:
                 pass
         dests = {
             "gateway": urlsplit(gateway).netloc,
-            "tools": urlsplit(r.svc.tools.base_url).netloc,
+            "tools": urlsplit(self.svc.tools.base_url).netloc,
         }
         created = box.create(
             self.request.task.sandbox_template or "debian",
-            metadata={"k3stack_episode": r.id, "agent": self.agent.name},
+            metadata={"k3stack_episode": self.id, "agent": self.agent.name},
             network={"mode": "allowlist", "allow": list(dests.values())},
             timeout=int(self.harness.budgets.max_wall_s) + 600,
         )  # fmt: skip
         self.sandbox_id = created.sandboxID
         state.sandbox_id, state.runtime = created.sandboxID, created.runtime
-        with r.db.session() as s:
-            s.get(EpisodeRow, r.id).sandbox_id = created.sandboxID
+        self.rec.lease(sandbox_id=created.sandboxID)
         guest = box.get(created.sandboxID).guest_addresses
         box.exec(created.sandboxID, ["mkdir", "-p", f"{GUEST_HOME}/.codex", GUEST_WORK])
+        self._require_inside(created.runtime)
         return {name: guest[dest] for name, dest in dests.items()}
+
+    def _require_inside(self, runtime: str) -> None:
+        """The CLI (and its pinned Node) must be inside the sandbox, else a named error, never
+        the day's exec ending rc 127: the agent cache is shared read-only into the process
+        runtime's sandboxes only (K3STACK_SANDBOX__PROCESS_RO_BINDS)."""
+        paths = [str(p) for p in (self.agent.binary_path(), *self.agent.path_dirs())]
+        out = self.svc.sandbox.exec(
+            self.sandbox_id, ["sh", "-c", 'for p; do [ -e "$p" ] || echo "$p"; done', "sh", *paths],
+            timeout=60,
+        )  # fmt: skip
+        missing = out.stdout.split() if out.exit_code == 0 else paths
+        if missing:
+            raise NotInstalled(
+                f"{self.agent.package}@{self.agent.version} is not inside the episode's {runtime} "
+                f"sandbox (missing there: {', '.join(missing)}): the agent cache "
+                f"{self.agent.prefix().parent} is shared read-only into the process runtime's "
+                "sandboxes only (K3STACK_SANDBOX__PROCESS_RO_BINDS); run the sandbox service with "
+                "K3STACK_SANDBOX__RUNTIME=process (development only, no isolation boundary)"
+            )
 
     @staticmethod
     def _mcp_servers(tools: str, world: WorldLease, apps: list[str]) -> list[MCPServer]:
@@ -344,76 +356,59 @@ class InstalledEpisode:
         state: EpisodeState,
         left: float,
     ) -> Day:
-        box = self.r.svc.sandbox
+        box = self.svc.sandbox
         staging = self.home / "stage"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         cwd = Path(GUEST_WORK)
         resume = state.day > 1 or state.days_run > 0
-        if self.preset == "claude-code-cli":
-            inv = claude_invocation(
-                self.agent, endpoint, staging, cwd, prompt, state.session_id, resume=resume,
-                mcp=mcp, max_turns=self.harness.budgets.steps_per_day,
-            )  # fmt: skip
-        elif self.preset == "kimi-code-cli":
-            inv = kimi_invocation(
-                self.agent, endpoint, staging, cwd, prompt,
-                state.thread_id if resume else None, mcp=mcp,
-                max_turns=self.harness.budgets.steps_per_day,
-            )  # fmt: skip
-        elif self.preset == "hermes-cli":
-            inv = hermes_invocation(
-                self.agent, endpoint, staging, cwd, prompt,
-                state.thread_id if resume else None, mcp=mcp,
-                max_turns=self.harness.budgets.steps_per_day,
-            )  # fmt: skip
-        elif self.preset == "openclaw-cli":
-            inv = openclaw_invocation(
-                self.agent, endpoint, staging, cwd, prompt, state.session_id, mcp=mcp,
-                timeout_s=max(60, int(left)),
-            )  # fmt: skip
-        else:
-            thread = state.thread_id if resume else None
-            inv = codex_invocation(
-                self.agent, endpoint, staging, cwd, prompt, thread, mcp=mcp,
-                bundled=self._codex_catalog(),
-            )  # fmt: skip
+        # the episode's own id every day, or the one the CLI reported (spec: session)
+        own = self.agent.session is None
+        session = state.session_id if own else (state.thread_id if resume else None)
+        inv = invocation(
+            self.agent, endpoint, staging, cwd, prompt, session, resume=resume, mcp=mcp,
+            max_turns=self.harness.budgets.steps_per_day, timeout_s=int(left),
+            probes=self._run_probes(),
+        )  # fmt: skip
         inv, files = relocate(inv, staging, GUEST_HOME)
         for path, text in files.items():
             box.write_file(self.sandbox_id, path, text)
         return run_in_sandbox(box, self.sandbox_id, inv, left, self.home / "agent.pid")
 
-    def _codex_catalog(self) -> str:
-        """Codex's bundled model catalogue, printed by its binary in the sandbox (once)."""
-        if self._bundled is None:
-            out = self.r.svc.sandbox.exec(
-                self.sandbox_id, [str(self.agent.binary_path()), *BUNDLED_CATALOG], timeout=120,
-                env={"HOME": GUEST_HOME, "CODEX_HOME": f"{GUEST_HOME}/.codex", **QUIET_ENV},
+    def _run_probes(self) -> dict[str, str]:
+        """Each hook's probe (Codex's bundled catalogue), run by the binary in the sandbox
+        (once an episode)."""
+        for name in self.agent.hooks:
+            if name in self._probes:
+                continue
+            out = self.svc.sandbox.exec(
+                self.sandbox_id, [str(self.agent.binary_path()), *HOOKS[name].probe],
+                timeout=120, env=probe_env(self.agent, name, GUEST_HOME),
             )  # fmt: skip
             if out.exit_code != 0:
-                raise RuntimeError(f"codex {' '.join(BUNDLED_CATALOG)}: {out.stderr[-500:]}")
-            self._bundled = out.stdout
-        return self._bundled
+                raise RuntimeError(f"{name}: {' '.join(HOOKS[name].probe)}: {out.stderr[-500:]}")
+            self._probes[name] = out.stdout
+        return self._probes
 
     def _record_day(self, state: EpisodeState, day: Day, bad: Outcome | None) -> None:
-        r = self.r
-        kind, key = self.agent.session_event or ("", "")
+        said = self.agent.session
+        kind, key = (said.event, said.field) if said else ("", "")
         for ev in day.events:  # the session a later day resumes (Codex, Kimi Code, Hermes)
             if kind and ev.get("type") == kind and ev.get(key):
                 state.thread_id = str(ev[key])
         for step in self.steps:
-            r._emit("exchange", step)
+            self.rec.emit("exchange", step)
         state.step += len(self.steps)
         self.steps.clear()
         state.days_run += 1
-        r._emit("agent_day", {
+        self.rec.emit("agent_day", {
             "day": state.day, "returncode": day.returncode, "outcome": bad.value if bad else "turn_ended",
             "wall_s": round(day.wall_s, 3), "events": len(day.events), "garbage": day.garbage[:5],
             "last_event": day.events[-1] if day.events else None, "stderr_tail": day.stderr_tail,
         })  # fmt: skip
-        r._persist(state)
+        self.rec.persist(state)
 
-    def _advance(self, world: Any, state: EpisodeState) -> str | None:
+    def _advance(self, world: World, state: EpisodeState) -> str | None:
         """Move the clock to the next due event; the notice for the next day, or None at the
         scenario's end."""
         now = world.now()
@@ -434,7 +429,7 @@ class InstalledEpisode:
         # the event ids, as the white-box loop records them (the report marks each one's verdict)
         fired = list(world.client.advance(world.id, to=target.isoformat()).fired)
         state.day = (target.date() - world.start.date()).days + 1
-        self.r._emit("clock", {"from": now.isoformat(), "to": target.isoformat(),
+        self.rec.emit("clock", {"from": now.isoformat(), "to": target.isoformat(),
                                "day": state.day, "fired": fired})  # fmt: skip
         return (
             f"[World clock: {target.strftime('%A %Y-%m-%d %H:%M')}] {len(fired)} new item(s) "

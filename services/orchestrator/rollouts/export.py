@@ -24,11 +24,12 @@ from services.orchestrator.rollouts.models import RolloutRow, SampleRow
 from services.orchestrator.rollouts.sample import segments_of
 from services.orchestrator.rollouts.service import samples_of, version_spans
 from services.orchestrator.rollouts.tokens import Segment
+from shared.db import ServiceDatabase
 
 FORMATS = ("jsonl", "atif")
 
 
-def sample_record(db: Any, row: SampleRow) -> dict[str, Any]:
+def sample_record(db: ServiceDatabase, row: SampleRow) -> dict[str, Any]:
     segs = segments_of(db, row.id)
     ids: list[int] = []
     mask: list[int] = []
@@ -55,7 +56,7 @@ def sample_record(db: Any, row: SampleRow) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def atif_document(db: Any, row: SampleRow, agent_version: str) -> dict[str, Any]:
+def atif_document(db: ServiceDatabase, row: SampleRow, agent_version: str) -> dict[str, Any]:
     rec = sample_record(db, row)
     segs = segments_of(db, row.id)
     steps: list[dict[str, Any]] = []
@@ -122,7 +123,7 @@ def produced_by(segs: list[Segment]) -> str:
     return "+".join(dict.fromkeys(s.version for s in segs))
 
 
-def export_lines(db: Any, rollout_id: str, fmt: str) -> Iterator[str]:
+def export_lines(db: ServiceDatabase, rollout_id: str, fmt: str) -> Iterator[str]:
     """The export, one JSON line per sample (an ATIF document a line for ``atif``)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")

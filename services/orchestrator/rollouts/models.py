@@ -51,6 +51,8 @@ class SampleRow(JobMixin, Base):
     #: what was saved at the last pause: world snapshot id + hash, sandbox files digest
     paused: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: the driver that runs it (``episode/driver.py``); null: stored before drivers were
+    driver: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class SetupRow(Base):

@@ -18,25 +18,29 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from typing import Any
+from typing import Any, ClassVar, TypedDict
 
 from sqlalchemy import func, select
 
 from services.orchestrator.context.compaction import Compactor
 from services.orchestrator.context.tokens import ApproxTokenCounter
+from services.orchestrator.episode.driver import DriverContext, Step, drive
 from services.orchestrator.episode.loop import Loop, Runtime, World
-from services.orchestrator.episode.runner import SQLJournal, now_utc
+from services.orchestrator.episode.platform import Services
+from services.orchestrator.episode.recorder import SQLJournal
 from services.orchestrator.episode.state import EpisodeState, WorldLease, initial_state
 from services.orchestrator.episode.stop import Outcome
+from services.orchestrator.episode.store import now_utc
 from services.orchestrator.harness.config import load_harness
 from services.orchestrator.harness.prompt import render_system_prompt
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow, SegmentRow
-from services.orchestrator.rollouts.schema import RolloutCreate
+from services.orchestrator.rollouts.schema import PolicyVersion, RolloutCreate
 from services.orchestrator.rollouts.setup import base_setup, fork_setup
 from services.orchestrator.rollouts.tokens import Segment, TokenPolicy, TokenState
 from services.orchestrator.tools.builtin import ToolContext, toolset_of
 from services.orchestrator.tools.mcp import WorldMCP, mcp_name_map, scenario_apps, world_tools
-from shared.jobs import JobCancelled, JobFailed, JobRun
+from shared.db import ServiceDatabase
+from shared.jobs import JobCancelled, JobFailed
 
 log = logging.getLogger("k3stack.rollouts")
 TERMINAL_PHASES = ("finished", "cut", "failed", "cancelled")
@@ -44,7 +48,7 @@ NO_COMPACTION = 10**12  # a token stream is never rewritten: compaction would br
 FILES_DIGEST = "find /root -type f -exec md5sum {} + 2>/dev/null | sort"
 
 
-def segments_of(db: Any, sample_id: str) -> list[Segment]:
+def segments_of(db: ServiceDatabase, sample_id: str) -> list[Segment]:
     with db.session() as s:
         rows = s.scalars(
             select(SegmentRow).where(SegmentRow.sample_id == sample_id).order_by(SegmentRow.seq)
@@ -55,20 +59,52 @@ def segments_of(db: Any, sample_id: str) -> list[Segment]:
         ]
 
 
-def files_digest(svc: Any, sandbox_id: str) -> str:
+def files_digest(svc: Services, sandbox_id: str) -> str:
     out = svc.sandbox.exec(sandbox_id, FILES_DIGEST, timeout=60)
     return hashlib.sha256((out.stdout or "").encode()).hexdigest()
 
 
-class SampleRunner:
-    def __init__(self, db: Any, services: Any, sample_id: str) -> None:
-        self.db, self.svc, self.id = db, services, sample_id
-        self.owner = ""
+class SampleOutcome(TypedDict, total=False):
+    """How a sample's run ended: the job's result."""
+
+    phase: str
+    reward: float | None
+    exit_reason: str | None
+    step: int
+
+
+def policy_of(roll: RolloutRow) -> PolicyVersion:
+    """The policy version serving the rollout's current iteration (its row keeps λ beside)."""
+    return PolicyVersion.model_validate({k: v for k, v in roll.policy.items() if k != "lam"})
+
+
+class SampleDriver:
+    """Drives one rollout sample: the episode loop under a token policy, with a pausable phase
+    (λ reached, or a newer policy version) at every tick boundary."""
+
+    name: ClassVar[str] = "sample"
+
+    def __init__(self, ctx: DriverContext) -> None:
+        self.db, self.svc, self.id = ctx.db, ctx.services, ctx.job.id
+        self.owner = ctx.job.owner
         self.seq = 0
         self._mcp: WorldMCP | None = None  # the run's MCP sessions with the world
+        self.result: SampleOutcome = {}  # what the job ends with
+        self._rt: Runtime | None = None
+        self._loop: Loop | None = None
+        self._cut = False  # over its effort budget
+        self._budget: int | None = None
+        self._start_state: EpisodeState | None = None
+        self._phase = "pending"
+        self._request: RolloutCreate | None = None
+        self._policy: PolicyVersion | None = None
+        self.iteration = 0
+        self._rollout_id = ""
+        self._index = 0
 
-    def run(self, job: JobRun) -> dict[str, Any]:
-        self.owner = job.owner
+    def run(self) -> SampleOutcome:
+        """The sample's run (the task's body): a sample already ended or parked before it
+        began returns at once; else it is driven to its end or its next pause."""
         try:
             return self._run()
         except JobCancelled:
@@ -84,26 +120,98 @@ class SampleRunner:
                 pass
             raise
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> SampleOutcome:
         with self.db.session() as s:
             row = s.get(SampleRow, self.id)
             roll = s.get(RolloutRow, row.rollout_id)
-            request = RolloutCreate.model_validate(roll.request)
+            self._request = RolloutCreate.model_validate(roll.request)
             phase, state = row.phase, EpisodeState.of(row.state) if row.state else None
-            iteration, paused_at = roll.iteration, roll.pause_iteration
-            policy, rollout_id, index = dict(roll.policy), row.rollout_id, row.task_index
-            row.iteration = iteration
+            self.iteration, paused_at = roll.iteration, roll.pause_iteration
+            self._policy = policy_of(roll)
+            self._rollout_id, self._index = row.rollout_id, row.task_index
+            row.iteration = self.iteration
         if phase in TERMINAL_PHASES:
             return {"phase": phase}
-        if paused_at >= iteration and state is None:  # λ reached before this one began
-            self._set_phase("paused", {"before_start": True, "iteration": iteration})
+        if paused_at >= self.iteration and state is None:  # λ reached before this one began
+            self._set_phase("paused", {"before_start": True, "iteration": self.iteration})
             return {"phase": "paused"}
+        self._phase, self._start_state = phase, state
+        drive(self)
+        return self.result
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def start(self) -> EpisodeState:
+        request, policy = self._request, self._policy
+        assert request is not None and policy is not None, "start before run"
+        state = self._start_state
         if state is None:
-            state = self._start(request, rollout_id, index)
-        elif phase == "paused":
+            state = self._start(request, self._rollout_id, self._index)
+        elif self._phase == "paused":
             self._resume()
         self._set_phase("live")
-        return self._loop(request, state, policy, iteration)
+        rt = self._rt = self._runtime(request, state, policy)
+        self._budget = request.budgets.effort_budgets.get(request.effort)
+        self._loop = Loop(rt, state, lambda kind, body: None)
+        with self.db.session() as s:
+            self.seq = s.scalar(
+                select(func.coalesce(func.max(SegmentRow.seq), 0)).where(
+                    SegmentRow.sample_id == self.id
+                )
+            )
+        return state
+
+    def tick(self, state: EpisodeState) -> Step:
+        """One loop tick and its commit; then the batch says whether to pause here or to go
+        on under a newer policy version."""
+        loop, rt, request = self._loop, self._rt, self._request
+        assert loop is not None and rt is not None and request is not None, "tick before start"
+        if loop.done:
+            return Step.done
+        loop.tick()
+        tp = self._token_policy_now()
+        state.covered = tp.tokens.covered
+        if self._budget is not None and state.usage.completion_tokens > self._budget:
+            state.exit_reason = Outcome.effort_budget.value
+            state.exit_detail = (
+                f"{state.usage.completion_tokens} completion tokens over the "
+                f"{request.effort} budget of {self._budget}"
+            )
+            self._persist(state, tp, self.iteration)
+            self._cut = True
+            return Step.done
+        signal = self._persist(state, tp, self.iteration)
+        if loop.done:
+            return Step.done
+        if signal == "pause":
+            return Step.pause
+        if signal == "swap":
+            policy, self.iteration = self._swap_version(state, self.iteration)
+            tp.close()
+            rt.policy = self._token_policy(policy, state)
+        return Step.go_on
+
+    def pause(self, state: EpisodeState) -> None:
+        self.result = self._pause(state, self.iteration)
+
+    def finish(self, state: EpisodeState) -> None:
+        assert self._rt is not None, "finish before start"
+        if self._cut:
+            self.result = self._finish(state, "cut", -1.0)
+        else:
+            self.result = self._end(state, self._rt)
+
+    def close(self) -> None:
+        if self._rt is not None:
+            self._rt.policy.close()
+        if self._mcp is not None:
+            self._mcp.close()
+
+    def _token_policy_now(self) -> TokenPolicy:
+        assert self._rt is not None
+        tp = self._rt.policy
+        assert isinstance(tp, TokenPolicy)
+        return tp
 
     # -- start / resume ---------------------------------------------------------------------
 
@@ -154,7 +262,7 @@ class SampleRunner:
         with self.db.session() as s:
             s.get(SampleRow, self.id).paused = paused
 
-    def _pause(self, state: EpisodeState, iteration: int) -> dict[str, Any]:
+    def _pause(self, state: EpisodeState, iteration: int) -> SampleOutcome:
         with self.db.session() as s:
             row = s.get(SampleRow, self.id)
             sandbox_id, world_id = row.sandbox_id, row.world_id
@@ -171,7 +279,9 @@ class SampleRunner:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _runtime(self, request: RolloutCreate, state: EpisodeState, policy: dict) -> Runtime:
+    def _runtime(
+        self, request: RolloutCreate, state: EpisodeState, policy: PolicyVersion
+    ) -> Runtime:
         harness = load_harness(request.harness, self.svc.settings.data_dir)
         harness.budgets.max_steps = request.budgets.max_steps
         harness.budgets.steps_per_day = request.budgets.max_steps
@@ -203,19 +313,18 @@ class SampleRunner:
                        journal=SQLJournal(self.db, self.id), world=world, names=names,
                        episode_id=self.id)  # fmt: skip
 
-    def _token_policy(self, policy: dict, state: EpisodeState) -> TokenPolicy:
+    def _token_policy(self, policy: PolicyVersion, state: EpisodeState) -> TokenPolicy:
         """The policy version's endpoint over the sample's context, rebuilt from its stored
         segments (so a version swap or a resume goes on from exactly the ids sent so far)."""
-        base_url = policy.get("base_url") or self.svc.model.openai_base_url
         return TokenPolicy(
-            base_url, version=policy["version"], model=policy.get("model"),
+            policy.base_url or self.svc.model.openai_base_url, version=policy.version,
+            model=policy.model,
             tokens=TokenState.from_segments(segments_of(self.db, self.id), state.covered),
-            temperature=policy.get("temperature", 1.0), seed=policy.get("seed"),
-            tool_choice=policy.get("tool_choice"),
-            api_key=self.svc.settings.model.api_key if not policy.get("base_url") else None,
+            temperature=policy.temperature, seed=policy.seed, tool_choice=policy.tool_choice,
+            api_key=self.svc.settings.model.api_key if not policy.base_url else None,
         )  # fmt: skip
 
-    def _swap_version(self, state: EpisodeState, iteration: int) -> tuple[dict, int]:
+    def _swap_version(self, state: EpisodeState, iteration: int) -> tuple[PolicyVersion, int]:
         """A newer policy version while this sample runs: it pauses here, at a tick boundary
         (world snapshot, sandbox paused), and resumes at once under the new version."""
         self._pause(state, iteration)
@@ -232,49 +341,10 @@ class SampleRunner:
             history = [dict(h) for h in roll.history or [{}]]
             history[-1]["resumed"] = int(history[-1].get("resumed", 0)) + 1
             roll.history = history
-            policy, iteration = dict(roll.policy), roll.iteration
+            policy, iteration = policy_of(roll), roll.iteration
         self._resume()
         self._set_phase("live")
         return policy, iteration
-
-    def _loop(self, request: RolloutCreate, state: EpisodeState, policy: dict,
-              iteration: int) -> dict[str, Any]:  # fmt: skip
-        rt = self._runtime(request, state, policy)
-        budget = request.budgets.effort_budgets.get(request.effort)
-        loop = Loop(rt, state, lambda kind, body: None)
-        with self.db.session() as s:
-            self.seq = s.scalar(
-                select(func.coalesce(func.max(SegmentRow.seq), 0)).where(
-                    SegmentRow.sample_id == self.id
-                )
-            )
-        try:
-            while not loop.done:
-                loop.tick()
-                tp: TokenPolicy = rt.policy
-                state.covered = tp.tokens.covered
-                if budget is not None and state.usage.completion_tokens > budget:
-                    state.exit_reason = Outcome.effort_budget.value
-                    state.exit_detail = (
-                        f"{state.usage.completion_tokens} completion tokens over the "
-                        f"{request.effort} budget of {budget}"
-                    )
-                    self._persist(state, tp, iteration)
-                    return self._finish(state, "cut", -1.0)
-                signal = self._persist(state, tp, iteration)
-                if loop.done:
-                    break
-                if signal == "pause":
-                    return self._pause(state, iteration)
-                if signal == "swap":
-                    policy, iteration = self._swap_version(state, iteration)
-                    tp.close()
-                    rt.policy = self._token_policy(policy, state)
-            return self._end(state, rt)
-        finally:
-            rt.policy.close()
-            if self._mcp is not None:
-                self._mcp.close()
 
     def _persist(self, state: EpisodeState, tp: TokenPolicy, iteration: int) -> str | None:
         """Commit the tick; then "swap" when a newer policy version started meanwhile, "pause"
@@ -299,7 +369,7 @@ class SampleRunner:
                 return "swap"
             return "pause" if roll.pause_iteration >= iteration else None
 
-    def _end(self, state: EpisodeState, rt: Runtime) -> dict[str, Any]:
+    def _end(self, state: EpisodeState, rt: Runtime) -> SampleOutcome:
         """The loop's outcome decides the phase, the scoring and the job status: a sample that
         failed (``policy_error``) ends phase ``failed`` and its job ``failed``, never
         ``finished`` / ``succeeded``."""
@@ -316,7 +386,7 @@ class SampleRunner:
         checks = self.svc.tools.checks(rt.world.id)
         return checks.events_passed / checks.events_total if checks.events_total else 0.0
 
-    def _finish(self, state: EpisodeState, phase: str, reward: float | None) -> dict:
+    def _finish(self, state: EpisodeState, phase: str, reward: float | None) -> SampleOutcome:
         with self.db.session() as s:
             row = s.get(SampleRow, self.id)
             if row.status != "running" or row.owner != self.owner:
@@ -345,7 +415,7 @@ class SampleRunner:
                 row.paused = {**(row.paused or {}), **paused}
 
 
-def reached_lambda(db: Any, sample_id: str) -> None:
+def reached_lambda(db: ServiceDatabase, sample_id: str) -> None:
     """Once ⌈λ x live⌉ samples of this iteration have finished, the rest are told to pause."""
     with db.session() as s:
         row = s.get(SampleRow, sample_id)
@@ -362,7 +432,7 @@ def reached_lambda(db: Any, sample_id: str) -> None:
             roll.pause_iteration = roll.iteration
 
 
-def release_cancelled(db: Any, svc: Any, sample_id: str) -> None:
+def release_cancelled(db: ServiceDatabase, svc: Services, sample_id: str) -> None:
     """A cancelled sample's world and sandbox go, and the batch's setups once all are done
     (the worker that ran it when it stops, or the API for one that was idle)."""
     with db.session() as s:
@@ -375,7 +445,7 @@ def release_cancelled(db: Any, svc: Any, sample_id: str) -> None:
     release_setups(db, svc, sample_id)
 
 
-def _release(svc: Any, what: str, sandbox_id: str | None, world_id: str | None) -> None:
+def _release(svc: Services, what: str, sandbox_id: str | None, world_id: str | None) -> None:
     """Kill a sandbox and delete a world; one already gone (404) is fine."""
     from shared.clients import ServiceError
 
@@ -389,7 +459,7 @@ def _release(svc: Any, what: str, sandbox_id: str | None, world_id: str | None) 
             log.warning("%s: resources not released: %s", what, exc)
 
 
-def release_setups(db: Any, svc: Any, sample_id: str) -> None:
+def release_setups(db: ServiceDatabase, svc: Services, sample_id: str) -> None:
     """Once every sample of the batch is done, its base setups go too (idempotent)."""
     from services.orchestrator.rollouts.models import SetupRow
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from sqlalchemy import select, update
 
-from services.orchestrator.episode.runner import EpisodeStore
 from services.orchestrator.episode.state import EpisodeState
+from services.orchestrator.episode.store import Database, EpisodeStore
 from services.orchestrator.rollouts.models import RolloutRow, SampleRow, SegmentRow
-from services.orchestrator.rollouts.sample import TERMINAL_PHASES
+from services.orchestrator.rollouts.sample import TERMINAL_PHASES, SampleDriver
 from services.orchestrator.rollouts.schema import (
     PolicyVersion,
     RolloutCreate,
@@ -22,8 +21,10 @@ from services.orchestrator.rollouts.schema import (
     SampleView,
     VersionSpan,
 )
+from shared.db import ServiceDatabase
 from shared.errors import APIError
-from shared.jobs import JobStatus, utcnow
+from shared.jobs import JobPolicy, JobStatus, utcnow
+from shared.settings import Settings
 
 TASK_NAME = "orchestrator.run_rollout_sample"
 Enqueue = Callable[[str], None]
@@ -32,18 +33,24 @@ Enqueue = Callable[[str], None]
 class SampleStore(EpisodeStore):
     """The shared job store over the samples table, with the episodes' lease timing."""
 
-    def __init__(self, database: Any, settings: Any = None, **kw: Any) -> None:
-        super().__init__(database, settings, **kw)
+    def __init__(
+        self,
+        database: Database,
+        settings: Settings | None = None,
+        *,
+        policy: JobPolicy | None = None,
+    ) -> None:
+        super().__init__(database, settings, policy=policy)
         self.model = SampleRow
 
 
-def rollout_queue(settings: Any = None) -> str:
+def rollout_queue(settings: Settings | None = None) -> str:
     from shared.settings import get_settings
 
     return (settings or get_settings()).orchestrator.rollout_queue
 
 
-def _enqueue_all(db: Any, ids: list[str], enqueue: Enqueue) -> None:
+def _enqueue_all(db: ServiceDatabase, ids: list[str], enqueue: Enqueue) -> None:
     store = SampleStore(db)
     for sid in ids:
         try:
@@ -52,7 +59,7 @@ def _enqueue_all(db: Any, ids: list[str], enqueue: Enqueue) -> None:
             store.mark_enqueue_failed(sid, f"could not queue the sample: {exc}")
 
 
-def create_rollout(db: Any, body: RolloutCreate, enqueue: Enqueue, queue: str) -> str:
+def create_rollout(db: ServiceDatabase, body: RolloutCreate, enqueue: Enqueue, queue: str) -> str:
     rid = "ro_" + uuid.uuid4().hex[:20]
     now = utcnow()
     ids = []
@@ -73,13 +80,15 @@ def create_rollout(db: Any, body: RolloutCreate, enqueue: Enqueue, queue: str) -
                     payload={"rollout_id": rid, "task_index": i, "k": k}, task_name=TASK_NAME,
                     queue=queue, created_at=now, progress=0.0, progress_message="queued",
                     attempts=0, rollout_id=rid, task_index=i, k=k, phase="pending",
-                    iteration=1, state={}, paused={}, updated_at=now,
+                    iteration=1, state={}, paused={}, updated_at=now, driver=SampleDriver.name,
                 ))  # fmt: skip
     _enqueue_all(db, ids, enqueue)
     return rid
 
 
-def iterate(db: Any, rollout_id: str, body: RolloutIterate, enqueue: Enqueue) -> RolloutRow:
+def iterate(
+    db: ServiceDatabase, rollout_id: str, body: RolloutIterate, enqueue: Enqueue
+) -> RolloutRow:
     """Iteration n+1 under a new policy version: the paused samples resume, first; samples
     still running pause at their next tick and resume at once under the new version; queued
     ones start (or resume) under it when a worker takes them."""
@@ -113,7 +122,7 @@ def iterate(db: Any, rollout_id: str, body: RolloutIterate, enqueue: Enqueue) ->
     return roll
 
 
-def cancel_samples(db: Any, rollout_id: str, sample_id: str | None = None) -> list[str]:
+def cancel_samples(db: ServiceDatabase, rollout_id: str, sample_id: str | None = None) -> list[str]:
     """Cancel a rollout's unfinished samples (or one): phase ``cancelled``, job ``cancelled``.
     A running sample stops at its next tick and releases its own world and sandbox; the ids
     returned are the idle ones (queued or paused), whose resources the caller releases.
@@ -143,7 +152,7 @@ def cancel_samples(db: Any, rollout_id: str, sample_id: str | None = None) -> li
     return idle
 
 
-def version_spans(db: Any, sample_id: str) -> tuple[list[VersionSpan], int]:
+def version_spans(db: ServiceDatabase, sample_id: str) -> tuple[list[VersionSpan], int]:
     """Runs of completion tokens by the policy version that produced them."""
     with db.session() as s:
         rows = s.execute(
@@ -162,7 +171,7 @@ def version_spans(db: Any, sample_id: str) -> tuple[list[VersionSpan], int]:
     return spans, at
 
 
-def sample_view(db: Any, row: SampleRow) -> SampleView:
+def sample_view(db: ServiceDatabase, row: SampleRow) -> SampleView:
     spans, n = version_spans(db, row.id)
     state = EpisodeState.of(row.state)
     return SampleView(
@@ -173,7 +182,7 @@ def sample_view(db: Any, row: SampleRow) -> SampleView:
     )  # fmt: skip
 
 
-def samples_of(db: Any, rollout_id: str) -> list[SampleRow]:
+def samples_of(db: ServiceDatabase, rollout_id: str) -> list[SampleRow]:
     """A rollout's samples, detached, in (task, k) order."""
     with db.session() as s:
         rows = s.scalars(
@@ -186,7 +195,7 @@ def samples_of(db: Any, rollout_id: str) -> list[SampleRow]:
         return list(rows)
 
 
-def rollout_view(db: Any, rollout_id: str) -> RolloutView | None:
+def rollout_view(db: ServiceDatabase, rollout_id: str) -> RolloutView | None:
     with db.session() as s:
         roll = s.get(RolloutRow, rollout_id)
         if roll is None:
@@ -200,7 +209,9 @@ def rollout_view(db: Any, rollout_id: str) -> RolloutView | None:
     return RolloutView(**out, counts=dict(counts), samples=samples)
 
 
-def reap_samples(db: Any, enqueue: Enqueue, store: SampleStore | None = None) -> list[str]:
+def reap_samples(
+    db: ServiceDatabase, enqueue: Enqueue, store: SampleStore | None = None
+) -> list[str]:
     """Samples whose worker died (lease lapsed) back on the queue from their last tick."""
     jobs = (store or SampleStore(db)).expire_lost()
     _enqueue_all(db, [j.id for j in jobs], enqueue)

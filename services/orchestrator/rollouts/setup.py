@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
+from services.orchestrator.episode.platform import Services
 from services.orchestrator.rollouts.models import SetupRow
 from shared.contracts.orchestrator import TaskSpec
+from shared.db import ServiceDatabase
 from shared.jobs import TransientJobError, utcnow
 
 #: A setup claimed this long ago and still "creating" is taken over (its worker died).
@@ -26,7 +27,7 @@ class Forked:
     sandbox_id: str | None
 
 
-def _claim(db: Any, rollout_id: str, index: int, owner: str) -> bool:
+def _claim(db: ServiceDatabase, rollout_id: str, index: int, owner: str) -> bool:
     try:
         with db.session() as s:
             s.add(SetupRow(rollout_id=rollout_id, task_index=index, status="creating",
@@ -42,7 +43,7 @@ def _claim(db: Any, rollout_id: str, index: int, owner: str) -> bool:
         return False
 
 
-def base_setup(db: Any, svc: Any, rollout_id: str, index: int, task: TaskSpec, owner: str,
+def base_setup(db: ServiceDatabase, svc: Services, rollout_id: str, index: int, task: TaskSpec, owner: str,
                wait_s: float = STALE_SETUP_S) -> SetupRow:  # fmt: skip
     """The task's base world and sandbox, created here once or waited for."""
     if _claim(db, rollout_id, index, owner):
@@ -79,7 +80,7 @@ def base_setup(db: Any, svc: Any, rollout_id: str, index: int, task: TaskSpec, o
         time.sleep(0.2)
 
 
-def fork_setup(svc: Any, base: SetupRow) -> Forked:
+def fork_setup(svc: Services, base: SetupRow) -> Forked:
     """A sample's own copy of the base: a world fork and a sandbox fork."""
     world_id = token = sandbox_id = None
     if base.world_id:

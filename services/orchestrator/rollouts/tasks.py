@@ -6,27 +6,28 @@ caught by the reaper, which re-queues the sample from its last committed tick.""
 
 from __future__ import annotations
 
-from typing import Any
-
+from services.orchestrator.episode.driver import DriverContext
+from services.orchestrator.episode.platform import Services
+from services.orchestrator.rollouts.sample import SampleDriver, SampleOutcome
 from services.orchestrator.rollouts.service import SampleStore
+from shared.db import ServiceDatabase
 from shared.jobs import JobRun
 
 
-def sample_job(job: JobRun) -> dict[str, Any]:
+def sample_job(job: JobRun) -> SampleOutcome:
     """The body of the sample task (registered on the orchestrator's one Celery app,
     :mod:`services.orchestrator.tasks`)."""
     from services.orchestrator.episode.service import services_from_settings
-    from services.orchestrator.rollouts.sample import SampleRunner
     from services.orchestrator.worker import worker_database
     from shared.settings import get_settings
 
-    return SampleRunner(worker_database(), services_from_settings(get_settings()), job.id).run(job)
+    services = services_from_settings(get_settings())
+    return SampleDriver(DriverContext(worker_database(), services, job)).run()
 
 
-def run_inline(db: Any, services: Any, sample_id: str) -> None:
+def run_inline(db: ServiceDatabase, services: Services, sample_id: str) -> None:
     """Claim and run one sample in this process (tests, ``k3stack rollout --inline``), exactly
     as the task does: claim, heartbeats, body, outcome."""
-    from services.orchestrator.rollouts.sample import SampleRunner
     from shared.jobs import JobCancelled, JobFailed, heartbeats, new_owner
 
     store = SampleStore(db, services.settings)
@@ -37,7 +38,7 @@ def run_inline(db: Any, services: Any, sample_id: str) -> None:
     run = JobRun(store, sample_id, owner, claim.payload, claim.attempt)
     with heartbeats(run, store.policy.heartbeat_s):
         try:
-            result = SampleRunner(db, services, sample_id).run(run)
+            result = SampleDriver(DriverContext(db, services, run)).run()
         except JobCancelled:
             return
         except JobFailed as exc:  # a named outcome (episode/stop.py): its code, as the task's

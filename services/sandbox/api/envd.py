@@ -21,7 +21,6 @@ after start (``SendInput``/``StreamInput``/``CloseStdin``), PTYs and directory w
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import stat as stat_mod
 import threading
@@ -42,11 +41,10 @@ from starlette.datastructures import Headers
 
 from services.sandbox.api.dataplane import exec_events, read_response
 from services.sandbox.api.errors import to_api_error
+from services.sandbox.api.tokens import ACCESS_HEADER, access_token
 from services.sandbox.lifecycle.errors import NotFound, SandboxError
 from shared.contracts.sandbox import EntryInfo, ExecBody
 from shared.errors import APIError
-
-ACCESS_HEADER = "x-access-token"
 
 if TYPE_CHECKING:
     from connectrpc.request import RequestContext
@@ -61,15 +59,6 @@ BASH_OR_SH = 'if command -v bash >/dev/null 2>&1; then exec bash "$@"; else exec
 
 _CODES = {400: Code.INVALID_ARGUMENT, 404: Code.NOT_FOUND, 409: Code.FAILED_PRECONDITION,
           413: Code.RESOURCE_EXHAUSTED, 429: Code.RESOURCE_EXHAUSTED, 503: Code.UNAVAILABLE}  # fmt: skip
-
-
-def access_token(settings: Any, sandbox_id: str) -> str | None:
-    """The sandbox's envd access token when auth is on (E2B's ``envdAccessToken``): an HMAC of
-    the sandbox id under the service's API key, so it opens that one sandbox's data plane."""
-    key = settings.sandbox.api_key if settings.auth_enabled else None
-    if not key:
-        return None
-    return hmac.new(key.encode(), sandbox_id.encode(), hashlib.sha256).hexdigest()
 
 
 def check_access(settings: Any, headers: Any) -> str | None:

@@ -6,6 +6,11 @@ The SDK builds that name from the ``domain`` the service returns with every sand
 ``Host`` header) at the service and the guest's web server answers through it: the service
 opens the sandbox's port forward (the same one ``GET /sandboxes/{id}/ports/{port}`` gives)
 and relays the request and its streamed response. Plain HTTP only (no WebSocket upgrade).
+
+It runs before the API's own auth, so it checks its own: when auth is on a request must carry
+the sandbox's ``trafficAccessToken`` in ``e2b-traffic-access-token`` (as E2B's proxy wants) or
+the service's API key; anything else is refused with 401 before the sandbox is looked up. The
+credential is not passed on to the guest.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import httpx
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, StreamingResponse
 
+from services.sandbox.api.tokens import KEY_HEADER, TRAFFIC_HEADER, traffic_refusal
 from services.sandbox.lifecycle.errors import SandboxError
 from shared.errors import APIError
 
@@ -25,7 +31,8 @@ if TYPE_CHECKING:
 
 _HOST = re.compile(r"^(\d{1,5})-([A-Za-z0-9_-]{1,64})\.(.+?)(?::\d+)?$")
 _HOP = {"host", "connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer",
-        "proxy-authorization", "proxy-connection", "content-length"}  # fmt: skip
+        "proxy-authorization", "proxy-connection", "content-length", TRAFFIC_HEADER,
+        KEY_HEADER}  # fmt: skip
 
 
 class HostForward:
@@ -45,6 +52,11 @@ class HostForward:
             await self.app(scope, receive, send)
             return
         port, sandbox_id = int(match.group(1)), match.group(2)
+        refused = traffic_refusal(self.state.settings, sandbox_id, Headers(scope=scope))
+        if refused is not None:
+            status, code, message = refused
+            await JSONResponse({"code": code, "message": message}, status)(scope, receive, send)
+            return
         try:
             if not 1 <= port <= 65535:
                 raise APIError(400, "invalid_request", f"port {port} is not a TCP port")

@@ -18,7 +18,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from services.sandbox.api.dataplane import caller_key, exec_events, read_response, run_exec
-from services.sandbox.api.envd import access_token
 from services.sandbox.api.errors import to_error
 from services.sandbox.api.guestcalls import GuestCalls
 from services.sandbox.api.schemas import (
@@ -31,6 +30,7 @@ from services.sandbox.api.schemas import (
     GCReport,
     NewCheckpoint,
     NewSandbox,
+    NewSandboxV2,
     NewTemplate,
     PortForward,
     RestoreRequest,
@@ -46,8 +46,10 @@ from services.sandbox.api.schemas import (
     SignalRequest,
     Template,
 )
+from services.sandbox.api.tokens import access_token, traffic_token
 from services.sandbox.lifecycle.errors import SandboxError
 from services.sandbox.lifecycle.manager import SandboxManager
+from shared import sse as sse_wire
 from shared.errors import APIError, Error
 
 router = APIRouter()
@@ -74,9 +76,10 @@ def get_guest_calls(request: Request) -> GuestCalls:
 
 
 def _tokened(request: Request, sandbox: Sandbox) -> Sandbox:
-    """The sandbox with its envd access token (set when auth is on)."""
+    """The sandbox with its envd and traffic access tokens (set when auth is on)."""
     settings = request.app.state.settings
     sandbox.envdAccessToken = access_token(settings, sandbox.sandboxID)
+    sandbox.trafficAccessToken = traffic_token(settings, sandbox.sandboxID)
     sandbox.domain = settings.sandbox.host_domain  # get_host(port): <port>-<id>.<domain>
     return sandbox
 
@@ -109,8 +112,10 @@ def create_sandbox(body: NewSandbox, m: Manager, request: Request) -> Sandbox:
 @router.post("/v2/sandboxes", response_model=Sandbox, status_code=201,
              operation_id="createSandboxV2", tags=["sandboxes"],
              responses={**ERRORS_409, 503: {**_E, "description": "Runtime unavailable"}})  # fmt: skip
-def create_sandbox_v2(body: NewSandbox, m: Manager, request: Request) -> Sandbox:
-    """E2B v2 path of create (what current E2B SDKs call); fields E2B adds are ignored."""
+def create_sandbox_v2(body: NewSandboxV2, m: Manager, request: Request) -> Sandbox:
+    """E2B v2 path of create (what current E2B SDKs call): E2B's network settings are honoured
+    (``allow_internet_access``, ``network.allowOut``/``denyOut``; by default the guest has a
+    network device, so ``get_host`` works on a microVM too); other fields E2B adds are ignored."""
     return _tokened(request, m.create(body))
 
 
@@ -362,7 +367,7 @@ async def exec_command_stream(
     async def body_iter() -> AsyncIterator[bytes]:
         async for ev in events:
             line = json.dumps(ev.model_dump(), separators=(",", ":"))
-            yield f"event: {ev.kind}\ndata: {line}\n\n".encode() if sse else line.encode() + b"\n"
+            yield sse_wire.event(line, ev.kind).encode() if sse else line.encode() + b"\n"
 
     return StreamingResponse(
         body_iter(), media_type="text/event-stream" if sse else "application/x-ndjson"

@@ -183,13 +183,13 @@ class GarbageCollector:
         )  # fmt: skip
         return report
 
-    def _collect(self, grace: float) -> GCReport:
-        report = GCReport(
-            checkpoints_reachable=0, checkpoints_deleted=0, objects_scanned=0,
-            objects_deleted=0, bytes_freed=0, objects_in_grace=0, local_files_deleted=0,
-            local_bytes_freed=0, duration_ms=0.0,
-        )  # fmt: skip
-        # ---- mark: checkpoints
+    def restorable(self) -> set[str]:
+        """Ids of the checkpoints a sandbox may still restore (the mark's reachable set)."""
+        return self._mark()[2]
+
+    def _mark(self) -> tuple[dict[str, str], dict[str, tuple], set[str]]:
+        """Sandbox states, checkpoint rows (parent, manifest key, runtime, sandbox) and the
+        reachable checkpoints (see :meth:`collect_garbage`)."""
         with self.db.session() as s:
             sandboxes = {r.id: r.state for r in s.scalars(select(SandboxRow)).all()}
             with self._holds_lock:
@@ -209,6 +209,16 @@ class GarbageCollector:
             while cur is not None and cur in cks and cur not in reachable:
                 reachable.add(cur)
                 cur = cks[cur][0]
+        return sandboxes, cks, reachable
+
+    def _collect(self, grace: float) -> GCReport:
+        report = GCReport(
+            checkpoints_reachable=0, checkpoints_deleted=0, objects_scanned=0,
+            objects_deleted=0, bytes_freed=0, objects_in_grace=0, local_files_deleted=0,
+            local_bytes_freed=0, duration_ms=0.0,
+        )  # fmt: skip
+        # ---- mark: checkpoints
+        sandboxes, cks, reachable = self._mark()
         garbage = [cid for cid in cks if cid not in reachable]
         if garbage:
             # children before parents, so no batch leaves a row naming a deleted parent

@@ -30,6 +30,7 @@ def make_runtimes(settings: Settings) -> dict[str, Runtime]:
         root / "process", pids_max=settings.sandbox.guest_pids_max,
         ro_binds=tuple(settings.sandbox.process_ro_binds),
         guest_uid=settings.sandbox.process_guest_uid,
+        guest_uids=settings.sandbox.process_guest_uids,
         usr_dirs=tuple(settings.sandbox.process_usr_dirs),
     )  # fmt: skip
     from services.sandbox.runtime.docker import DockerRuntime

@@ -109,6 +109,27 @@ class SandboxLifecycle:
                     else "the service restarted and the sandbox's VM was gone"
                 )
                 st.mark_lost(row, why)
+        self._reap_orphans()
+
+    def _reap_orphans(self) -> None:
+        """Let each runtime end what a previous run of this instance left that was not
+        re-attached above (warm-pool QEMUs, containers, pause images, memory files...)."""
+        st = self.st
+        with st.db.session() as s:
+            frozen = s.execute(
+                select(SandboxRow.runtime, SandboxRow.handle).where(SandboxRow.state == "paused")
+            ).all()
+        checkpoints = self.gc.restorable()
+        for name, rt in st.runtimes.items():
+            keep = [live.handle for live in st.live.values() if live.runtime is rt]
+            keep += [VMHandle.model_validate(h) for r, h in frozen if r == name and h]
+            try:
+                done = rt.reap_orphans(keep, checkpoints)
+            except Exception:  # noqa: BLE001 - one runtime's failure must not stop the start
+                log.exception("runtime %s: reaping what a previous run left failed", name)
+                continue
+            if any(done.values()):
+                log.warning("runtime %s: reaped what a previous run left: %s", name, done)
 
     def _recover_frozen(self) -> None:
         self._unfreeze_rows(

@@ -427,6 +427,14 @@ class Runtime(ABC):
         handle alone is enough when the VM is alive."""
         return self.is_alive(h)
 
+    def reap_orphans(self, keep: list[VMHandle], checkpoints: set[str]) -> dict[str, int]:
+        """At start, after re-attaching what it could: end every VM, process, container and
+        host file a previous run of *this* instance left (owned by its label, tag or folder)
+        that is not one of ``keep`` (the handles re-attached, running or frozen). Another
+        instance's resources are never touched. ``checkpoints``: ids a sandbox may still
+        restore (their host-side bodies stay). Returns counts of what was removed."""
+        return {}
+
     # -- commands
 
     @abstractmethod

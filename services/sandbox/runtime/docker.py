@@ -29,6 +29,7 @@ and are re-attached by ``adopt``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -201,7 +202,8 @@ class DockerRuntime(Runtime):
         try:
             c = self.client.containers.run(
                 image, KEEPALIVE, detach=True, name=f"{PREFIX}-{sandbox_id}-{uuid.uuid4().hex[:6]}",
-                labels={"k3stack.sandbox": sandbox_id}, hostname="sandbox", **network,
+                labels={"k3stack.sandbox": sandbox_id, "k3stack.instance": self.instance},
+                hostname="sandbox", **network,
                 mem_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpu * 1e9),
                 pids_limit=self.pids_max, working_dir=GUEST_HOME,
                 environment={"PATH": GUEST_PATH_ENV, "HOME": "/root", **spec.env},
@@ -235,6 +237,37 @@ class DockerRuntime(Runtime):
             return False
         self._listen(h)
         return True
+
+    def reap_orphans(self, keep: list[VMHandle], checkpoints: set[str]) -> dict[str, int]:
+        """Containers of this instance (label ``k3stack.instance``) that are not ``keep``'s
+        (a crash between ``run`` and the row's write, a ``down`` cut short), and checkpoint
+        images of this instance no restorable checkpoint names (a killed sandbox's pause
+        image): removed. Another instance's carry another label and are never touched."""
+        mine = f"k3stack.instance={self.instance}"
+        kept = {h.data.get("container") for h in keep}
+        done = {"containers": 0, "images": 0}
+        try:
+            containers = self.client.containers.list(all=True, filters={"label": mine})
+            images = self.client.images.list(name=CHECKPOINT_REPO, filters={"label": mine})
+        except Exception:  # noqa: BLE001 - no engine: nothing of ours can be running there
+            return done
+        for c in containers:
+            if c.id in kept:
+                continue
+            sid = c.labels.get("k3stack.sandbox", "")
+            handle = VMHandle(sandbox_id=sid, runtime=self.name, workdir=self.root, spec=SandboxSpec(),
+                              pid=None, data={"container": c.id})  # fmt: skip
+            self.stop(handle)
+            done["containers"] += 1
+        for img in images:
+            for tag in img.tags:
+                repo, _, ck = tag.rpartition(":")
+                if repo != CHECKPOINT_REPO or ck in checkpoints:
+                    continue
+                with contextlib.suppress(Exception):  # in use by a kept container: stays
+                    self.client.images.remove(tag, force=False)
+                    done["images"] += 1
+        return done
 
     def _listen(self, h: VMHandle) -> None:
         """The allowlist fence and forwarders of a container this process did not start."""

@@ -70,6 +70,7 @@ from services.sandbox.runtime.base import (
     UnsupportedOperation,
     VMHandle,
 )
+from services.sandbox.runtime.sockets import until_connected
 
 if TYPE_CHECKING:
     from shared.objectstore import ObjectStore
@@ -138,10 +139,11 @@ class AgentClient(Protocol):
 def vsock_connect(
     uds_path: Path, port: int = AGENT_VSOCK_PORT, timeout: float = 30.0
 ) -> socket.socket:
-    """Open a host->guest vsock stream through Firecracker's UDS (``CONNECT <port>``)."""
+    """Open a host->guest vsock stream through Firecracker's UDS (``CONNECT <port>``), tried
+    again every 20 ms until the guest's agent answers ``OK``, for at most ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
+
+    def connect() -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(max(0.1, deadline - time.monotonic()))
@@ -153,15 +155,20 @@ def vsock_connect(
                 if not chunk:
                     raise ConnectionError("vsock closed before OK")
                 line += chunk
-            if line.startswith(b"OK "):
-                sock.settimeout(None)
-                return sock
-            raise ConnectionError(f"vsock answered {line!r}")
-        except OSError as exc:
-            last = exc
+            if not line.startswith(b"OK "):
+                raise ConnectionError(f"vsock answered {line!r}")
+        except OSError:
             sock.close()
-            time.sleep(0.02)
-    raise GuestAgentError(f"guest agent not reachable on vsock {uds_path}:{port}: {last}")
+            raise
+        sock.settimeout(None)
+        return sock
+
+    try:
+        return until_connected(connect, timeout, every_s=0.02)
+    except OSError as exc:
+        raise GuestAgentError(
+            f"guest agent not reachable on vsock {uds_path}:{port}: {exc}"
+        ) from None
 
 
 def _default_agent_connector(sock: socket.socket) -> AgentClient:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import tenacity
+
 from shared.clients import Call, SandboxClient, ServiceError
 from shared.contracts import sandbox as sb_contract
 from shared.jobs import JobFailed
@@ -59,24 +61,36 @@ def create_sandbox(
     """
     attempts: list[str] = []
     for runtime, note, network in plan:
-        for attempt in range(1 + retries):
-            call = Call("POST", "/sandboxes", sb_contract.Sandbox, timeout=create_timeout_s,
-                        json={**body, "runtime": runtime, "network": network})  # fmt: skip
+        call = Call("POST", "/sandboxes", sb_contract.Sandbox, timeout=create_timeout_s,
+                    json={**body, "runtime": runtime, "network": network})  # fmt: skip
+
+        def create(runtime: str = runtime, call: Call = call, before: int = len(attempts)) -> Any:
             started = time.monotonic()
             try:
-                created = sandbox.send(call)
+                return sandbox.send(call)
             except BaseException as exc:
                 # a service that answered left nothing behind; one that did not may finish late
                 answered = isinstance(exc, ServiceError) and exc.status != 0
                 kill_tagged(sandbox, tag, 0 if answered else orphan_grace_s)
-                if not infrastructure_failure(exc):
-                    raise
-                took = time.monotonic() - started
-                attempts.append(f"{runtime} try {attempt + 1} ({took:.0f} s): {exc}"[:600])
-                continue
-            if attempts:
-                note += f"; started after {len(attempts)} failed tries"
-            return created, note
+                if infrastructure_failure(exc):
+                    took = time.monotonic() - started
+                    tried = len(attempts) - before + 1
+                    attempts.append(f"{runtime} try {tried} ({took:.0f} s): {exc}"[:600])
+                raise
+
+        try:
+            created = tenacity.Retrying(
+                retry=tenacity.retry_if_exception(infrastructure_failure),
+                stop=tenacity.stop_after_attempt(1 + retries),
+                reraise=True,
+            )(create)
+        except Exception as exc:
+            if not infrastructure_failure(exc):
+                raise
+            continue  # the next runtime of the plan
+        if attempts:
+            note += f"; started after {len(attempts)} failed tries"
+        return created, note
     raise SandboxUnavailable(attempts)
 
 
@@ -86,13 +100,19 @@ def kill_tagged(sandbox: SandboxClient, tag: str, grace_s: float) -> list[str]:
     killed: list[str] = []
     deadline = time.monotonic() + grace_s
     while True:
-        try:
-            for found in sandbox.list(metadata=f"{TAG_KEY}={tag}"):
-                if found.sandboxID not in killed:
-                    sandbox.kill(found.sandboxID)
-                    killed.append(found.sandboxID)
-        except Exception:  # noqa: BLE001 - keep trying until the grace is over
-            pass
+        _kill_found(sandbox, tag, killed)
         if time.monotonic() >= deadline:
             return killed
         time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+
+
+def _kill_found(sandbox: SandboxClient, tag: str, killed: list[str]) -> None:
+    """One look: kill the tagged sandboxes not killed yet (adding them to ``killed``); a look
+    that fails (the service is busy or down) finds nothing this time, the next one may."""
+    try:
+        for found in sandbox.list(metadata=f"{TAG_KEY}={tag}"):
+            if found.sandboxID not in killed:
+                sandbox.kill(found.sandboxID)
+                killed.append(found.sandboxID)
+    except Exception:  # noqa: BLE001 - the grace is not over: look again
+        pass

@@ -37,6 +37,7 @@ from services.verifier.web.similarity import dom_similarity, ssim
 from services.verifier.web.spec import MAX_APP_BYTES, WebTask, load_web_task
 from services.verifier.web.start import TAG_KEY, create_sandbox, kill_tagged
 from shared.clients import SandboxClient
+from shared.until import until
 
 APP_DIR = "/home/user/app"
 MEMORY_MB = 512
@@ -135,15 +136,9 @@ class _QuietServer(http.server.ThreadingHTTPServer):
 
 
 def _wait_http(url: str, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/", timeout=2.0).status_code < 500:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    return False
+    """Whether the app's server answered (below 500) within ``timeout_s``, asked every 250 ms."""
+    return until(lambda: httpx.get(url + "/", timeout=2.0).status_code < 500, timeout_s, 0.25,
+                 errors=(httpx.HTTPError,))  # fmt: skip
 
 
 def choose_runtime(sandbox: SandboxClient, requested: str = "auto") -> tuple[str, str]:

@@ -7,35 +7,14 @@ Revises: o0002
 import sqlalchemy as sa
 from alembic import op
 
+from shared.jobs.migration import job_columns_v1
+
 revision = "o0003"
 down_revision = "o0002"
 branch_labels = None
 depends_on = None
 
 TZ = sa.DateTime(timezone=True)
-
-
-def _job_columns() -> list[sa.Column]:
-    return [
-        sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("kind", sa.String(64), nullable=False, index=True),
-        sa.Column("status", sa.String(16), nullable=False, index=True),
-        sa.Column("payload", sa.JSON, nullable=False),
-        sa.Column("task_name", sa.String(200), nullable=False),
-        sa.Column("queue", sa.String(200), nullable=True),
-        sa.Column("created_at", TZ, nullable=False, index=True),
-        sa.Column("started_at", TZ, nullable=True),
-        sa.Column("finished_at", TZ, nullable=True),
-        sa.Column("heartbeat_at", TZ, nullable=True),
-        sa.Column("progress", sa.Float, nullable=False),
-        sa.Column("progress_message", sa.Text, nullable=False),
-        sa.Column("result", sa.JSON, nullable=True),
-        sa.Column("result_key", sa.String(1024), nullable=True),
-        sa.Column("error_code", sa.String(64), nullable=True),
-        sa.Column("error_message", sa.Text, nullable=True),
-        sa.Column("attempts", sa.Integer, nullable=False),
-        sa.Column("owner", sa.String(200), nullable=True),
-    ]
 
 
 def upgrade() -> None:
@@ -51,7 +30,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "orchestrator_rollout_samples",
-        *_job_columns(),
+        *job_columns_v1(),
         sa.Column("rollout_id", sa.String(64), nullable=False, index=True),
         sa.Column("task_index", sa.Integer, nullable=False),
         sa.Column("k", sa.Integer, nullable=False),

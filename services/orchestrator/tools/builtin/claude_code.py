@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from services.orchestrator.tools.builtin.core import (
     Args,
+    FileEdit,
+    FileRead,
+    FileWrite,
     ToolContext,
     _delegate,
     _find,
     _grep,
-    _numbered,
     _output,
-    _replace,
     _set_todos,
     _skill,
     builtin,
@@ -37,42 +38,43 @@ def bash(ctx: ToolContext, a: BashArgs) -> str:
     return _output(ctx.exec(a.command, timeout)) or "(no output)"
 
 
-class ReadArgs(Args):
-    file_path: str
-    offset: int | None = Field(None, ge=1)
-    limit: int | None = Field(None, ge=1)
+# Claude names the file ``file_path``, and only so (the shared models call it ``path``)
+CLAUDE_PATH = ConfigDict(populate_by_name=False)
+
+
+class ReadArgs(FileRead):
+    model_config = CLAUDE_PATH
+    path: str = Field(alias="file_path")
     pages: str | None = Field(None, description="Page range of a PDF (text files ignore it).")
 
 
 @builtin("Read", ReadArgs, effect="none")
 def read(ctx: ToolContext, a: ReadArgs) -> str:
     """Reads a file (up to 2000 lines, cat -n format)."""
-    return _numbered(ctx.read(a.file_path), a.offset or 1, a.limit or 2000)
+    return a.numbered(ctx, 2000)
 
 
-class WriteArgs(Args):
-    file_path: str
-    content: str
+class WriteArgs(FileWrite):
+    model_config = CLAUDE_PATH
+    path: str = Field(alias="file_path")
 
 
 @builtin("Write", WriteArgs)
 def write(ctx: ToolContext, a: WriteArgs) -> str:
     """Writes a file, replacing any existing one."""
-    ctx.write(a.file_path, a.content)
-    return f"File created successfully at: {a.file_path}"
+    ctx.write(a.path, a.content)
+    return f"File created successfully at: {a.path}"
 
 
-class EditArgs(Args):
-    file_path: str
-    old_string: str
-    new_string: str
-    replace_all: bool = False
+class EditArgs(FileEdit):
+    model_config = CLAUDE_PATH
+    path: str = Field(alias="file_path")
 
 
 @builtin("Edit", EditArgs)
 def edit(ctx: ToolContext, a: EditArgs) -> str:
     """Replaces an exact, unique string in a file."""
-    return _replace(ctx, a.file_path, a.old_string, a.new_string, a.replace_all)
+    return a.apply(ctx)
 
 
 class GlobArgs(Args):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.orchestrator import apply_patch as patchlib
 from services.orchestrator.tools.base import Effect, Tool, ToolFailure, ToolSet, schema_of
@@ -153,6 +153,38 @@ def _replace(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool)
         )
     ctx.write(path, text.replace(old, new) if replace_all else text.replace(old, new, 1))
     return f"The file {path} has been updated ({count if replace_all else 1} replacement)."
+
+
+class FileRead(Args):
+    """A numbered read of part of a file (Claude's ``Read``, Hermes's ``read_file``); a harness
+    renames ``path`` with an alias to its own argument name."""
+
+    path: str
+    offset: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1)
+
+    def numbered(self, ctx: ToolContext, lines: int) -> str:
+        """The lines asked for, ``lines`` of them unless ``limit`` says."""
+        return _numbered(ctx.read(self.path), self.offset or 1, self.limit or lines)
+
+
+class FileWrite(Args):
+    """A whole file written (Claude's ``Write``, Hermes's ``write_file``)."""
+
+    path: str
+    content: str
+
+
+class FileEdit(Args):
+    """An exact string replaced in a file (Claude's ``Edit``, Hermes's ``patch``)."""
+
+    path: str
+    old_string: str
+    new_string: str
+    replace_all: bool = False
+
+    def apply(self, ctx: ToolContext) -> str:
+        return _replace(ctx, self.path, self.old_string, self.new_string, self.replace_all)
 
 
 def _patch(ctx: ToolContext, text: str) -> str:

@@ -12,14 +12,15 @@ from pydantic import Field
 from services.orchestrator.tools.base import ToolFailure
 from services.orchestrator.tools.builtin.core import (
     Args,
+    FileEdit,
+    FileRead,
+    FileWrite,
     ToolContext,
     _delegate,
     _find,
     _grep,
-    _numbered,
     _output,
     _plain,
-    _replace,
     _set_todos,
     _skill,
     builtin,
@@ -42,21 +43,18 @@ def terminal(ctx: ToolContext, a: TerminalArgs) -> str:
     return json.dumps({"output": _output(res), "exit_code": res.get("exit_code")})
 
 
-class HermesReadArgs(Args):
-    path: str
-    offset: int | None = Field(None, ge=1)
-    limit: int | None = Field(None, ge=1)
+class HermesReadArgs(FileRead):
+    pass
 
 
 @builtin("read_file", HermesReadArgs, effect="none")
 def hermes_read(ctx: ToolContext, a: HermesReadArgs) -> str:
     """Reads a file with line numbers."""
-    return _numbered(ctx.read(a.path), a.offset or 1, a.limit or 500)
+    return a.numbered(ctx, 500)
 
 
-class HermesWriteArgs(Args):
-    path: str
-    content: str
+class HermesWriteArgs(FileWrite):
+    pass
 
 
 @builtin("write_file", HermesWriteArgs)
@@ -66,17 +64,14 @@ def hermes_write(ctx: ToolContext, a: HermesWriteArgs) -> str:
     return json.dumps({"success": True, "path": a.path})
 
 
-class PatchArgs(Args):
-    path: str
-    old_string: str
-    new_string: str
-    replace_all: bool = False
+class PatchArgs(FileEdit):
+    pass
 
 
 @builtin("patch", PatchArgs)
 def hermes_patch(ctx: ToolContext, a: PatchArgs) -> str:
     """Edits a file by replacing old_string with new_string."""
-    return _replace(ctx, a.path, a.old_string, a.new_string, a.replace_all)
+    return a.apply(ctx)
 
 
 class SearchFilesArgs(Args):

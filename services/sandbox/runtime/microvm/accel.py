@@ -31,9 +31,9 @@ KVM_REPROBE_S = 600.0
 class Accelerator:
     """``value``: ``kvm`` or ``tcg`` (``auto``: probed on first use, and again when due)."""
 
-    def __init__(self, accel: str | None, shm: object, pids_max: int) -> None:
+    def __init__(self, accel: str | None, shm: object, pids_max: int, jail: object = None) -> None:
         self._value = None if accel in (None, "auto") else accel
-        self.shm, self.pids_max = shm, pids_max
+        self.shm, self.pids_max, self.jail = shm, pids_max, jail
         self._lock = threading.Lock()
         self.reprobe_at: float | None = None  # a timed-out probe runs again after this
 
@@ -63,7 +63,7 @@ class Accelerator:
         accel, timed_out = "tcg", False
         try:
             vm = launch(image, SandboxSpec(), "kvm", incoming=False, boot_timeout=20, shm=self.shm,
-                        pids_max=self.pids_max)  # fmt: skip
+                        pids_max=self.pids_max, jail=self.jail)  # fmt: skip
             try:
                 agent = connect_agent(vm.sock_dir / "agent.sock", timeout_s=20)
                 agent.ping()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.sandbox.runtime.base import CheckpointError, RuntimeUnavailable
+from services.sandbox.runtime.microvm.jail import Jail
 from services.sandbox.runtime.microvm.qmp import QMPClient
 
 SETUP_HINT = "run scripts/setup_sandbox.sh"
@@ -67,18 +68,33 @@ def remove_disk(disk: Disk) -> None:
     shutil.rmtree(disk.active.parent, ignore_errors=True)
 
 
-def seal_disk(disk: Disk, qmp: QMPClient) -> Path:
+def seal_disk(disk: Disk, qmp: QMPClient, jail: Jail) -> Path:
     """Switch the VM's writes to a new overlay on top of the active one (VM stopped: QEMU
     has drained and flushed the disk, so the old overlay now holds exactly the disk as of
-    this instant, and is never written again). Returns the sealed file."""
+    this instant, and is never written again). Returns the sealed file.
+
+    The new overlay is made here and handed to QEMU's uid (``mode=existing``): a jailed QEMU
+    can neither reach the sealed file's host path from its chroot nor create files as root."""
     sealed = disk.active
     new = sealed.with_name(f"overlay-{len(disk.files)}.qcow2")
-    qmp.execute(
-        "blockdev-snapshot-sync", device="disk0", **{"snapshot-file": str(new)}, format="qcow2"
+    size = _virtual_size(qmp)
+    qemu_img(
+        "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b", str(sealed), str(new), str(size)
     )
+    jail.give(new)
+    inside = jail.inside(sealed.parent, new)
+    qmp.execute("blockdev-snapshot-sync", device="disk0", format="qcow2", mode="existing",
+                **{"snapshot-file": inside})  # fmt: skip
     disk.active = new
     disk.files.append(new)
     return sealed
+
+
+def _virtual_size(qmp: QMPClient) -> int:
+    for dev in qmp.execute("query-block") or []:
+        if dev.get("device") == "disk0" and dev.get("inserted"):
+            return int(dev["inserted"]["image"]["virtual-size"])
+    raise CheckpointError("QEMU reports no disk0 to seal")
 
 
 def store_layer(store, path: Path) -> tuple[str, int]:

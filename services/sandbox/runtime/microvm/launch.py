@@ -26,21 +26,28 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.sandbox.guest.protocol import AgentClient
 from services.sandbox.images.builder import Image, _static_busybox
 from services.sandbox.pagestore import write_sparse_file
-from services.sandbox.runtime.base import GuestAgentError, RuntimeUnavailable, SandboxSpec
+from services.sandbox.runtime.base import (
+    CheckpointError,
+    GuestAgentError,
+    RuntimeUnavailable,
+    SandboxSpec,
+)
+from services.sandbox.runtime.microvm.jail import Jail, remove_cgroups, vm_cgroups
 from services.sandbox.runtime.microvm.memory import shm_dir
 from services.sandbox.runtime.microvm.qmp import QMPClient
+from services.sandbox.runtime.sockets import connect_unix
+from shared.load import load_per_core, load_scaled
 
 QEMU = "qemu-system-x86_64"
 KERNEL_CMDLINE = "console=ttyS0 quiet panic=-1 init_on_free=1 tsc=reliable"
@@ -50,18 +57,13 @@ guest TSC ticks at the host's rate, and on a loaded host the PIT calibration fai
 stalls without a clocksource; telling the kernel the frequency skips the calibration."""
 
 BOOT_TIMEOUT_S = 90.0  # K3STACK_SANDBOX__BOOT_TIMEOUT_S's default: an idle host's budget
-MAX_LOAD_SCALE = 8.0
 
 
 def boot_budget(base_s: float = BOOT_TIMEOUT_S) -> tuple[float, float]:
     """``(seconds, load per core)``: the boot wait on this host now. A guest under TCG competes
     with everything else for the cores, so a fixed wait that holds on an idle host fails on a
-    busy one; the budget grows with the load average per core (1-minute) above 1, to 8x."""
-    try:
-        load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        load = 1.0
-    return base_s * min(MAX_LOAD_SCALE, max(1.0, load)), load
+    busy one; the budget grows with the load per core above 1, to 8x (``shared/load.py``)."""
+    return load_scaled(base_s), load_per_core()
 
 
 def host_tsc_khz() -> int | None:
@@ -94,6 +96,8 @@ class Vm:
     key: tuple
     disk: Path | None = None
     base: str | None = None
+    jail: Path | None = None  # QEMU's chroot (see jail.py): device-state files go there
+    cgroups: list[Path] = field(default_factory=list)
 
 
 def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
@@ -110,9 +114,16 @@ def guest_addresses(spec: SandboxSpec) -> dict[str, str]:
     return out
 
 
-def _guestfwds(spec: SandboxSpec) -> list[str]:
-    nc = shutil.which("nc")
-    connector = nc if nc else f"{_static_busybox()} nc"
+def forwards(spec: SandboxSpec) -> bool:
+    """Whether QEMU pipes guest connections out (``guestfwd``: it starts ``nc`` for each)."""
+    return spec.network.mode == "allowlist" and bool(spec.network.allow)
+
+
+def _guestfwds(spec: SandboxSpec, connector: str | None = None) -> list[str]:
+    """``connector``: the ``nc`` QEMU runs (in a chroot: the jail's own busybox)."""
+    if connector is None:
+        nc = shutil.which("nc")
+        connector = nc if nc else f"{_static_busybox()} nc"
     fwds = []
     for dest, guest in guest_addresses(spec).items():
         host, port = dest.rsplit(":", 1)
@@ -134,7 +145,9 @@ def kernel_cmdline(image: Image, accel: str, pids_max: int = 1024) -> str:
 
 def qemu_cmdline(image: Image, spec: SandboxSpec, accel: str, sock_dir: Path, mem_path: Path,
                  incoming: bool, disk: Path | None = None, share: bool = True,
-                 pids_max: int = 1024) -> list[str]:  # fmt: skip
+                 pids_max: int = 1024, jail: Jail | None = None,
+                 jail_dir: Path | None = None) -> list[str]:  # fmt: skip
+    """QEMU's command line; with ``jail``, jailed in ``jail_dir`` (see jail.py)."""
     mem = spec.memory_mb
     backend = f"memory-backend-file,id=mem,size={mem}M,mem-path={mem_path}"
     args = [
@@ -162,11 +175,16 @@ def qemu_cmdline(image: Image, spec: SandboxSpec, accel: str, sock_dir: Path, me
             "-device", "virtio-blk-device,drive=disk0",
         ]  # fmt: skip
     if spec.network.mode == "allowlist":
-        args += ["-netdev", "user,id=net0,restrict=on" + "".join(_guestfwds(spec))]
+        connector = "/bin/busybox nc" if jail is not None and jail.chrooted else None
+        fwds = "".join(_guestfwds(spec, connector))
+        args += ["-netdev", "user,id=net0,restrict=on" + fwds]
         args += ["-device", "virtio-net-device,netdev=net0"]
     if incoming:
         # xen-save-devices-state writes no configuration section; do not expect one
         args += ["-incoming", "defer", "-global", "migration.send-configuration=off"]
+    if jail is not None:
+        assert jail_dir is not None
+        args += jail.args(jail_dir, spawn=forwards(spec))
     return args
 
 
@@ -178,10 +196,11 @@ def vm_key(image: Image, spec: SandboxSpec, accel: str, base: str | None) -> tup
 def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
            boot_timeout: float = 10.0, disk: Path | None = None, base: str | None = None,
            link_base: Callable[[str, Path], None] | None = None,
-           pids_max: int = 1024, shm: Path | None = None) -> Vm:  # fmt: skip
-    """Start QEMU and connect QMP (its memory file in ``shm``, the instance's own folder). ``base``: the checkpoint whose base file the VM maps
-    privately (``link_base(base, path)`` gives the VM its link to it); else a new sparse
-    file shared with this process."""
+           pids_max: int = 1024, shm: Path | None = None, jail: Jail | None = None) -> Vm:  # fmt: skip
+    """Start QEMU and connect QMP (its memory file in ``shm``, the instance's own folder).
+    ``base``: the checkpoint whose base file the VM maps privately (``link_base(base, path)``
+    gives the VM its link to it); else a new sparse file shared with this process. ``jail``:
+    QEMU runs jailed (jail.py) in its own folder (a disk VM's: its disk folder) and cgroups."""
     tag = uuid.uuid4().hex[:12]
     folder = shm or shm_dir()
     folder.mkdir(parents=True, exist_ok=True)  # removed when its instance closed empty
@@ -192,8 +211,20 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
     else:
         write_sparse_file(mem_path, spec.memory_mb << 20)  # a fresh VM's shared RAM
     sock_dir = short_dir(tag)
+    jail_dir, cgroups = None, []
+    if jail is not None:
+        jail_dir = disk.parent if disk is not None else sock_dir / "jail"
+        jail.prepare(jail_dir, _static_busybox() if forwards(spec) else None)
+        if disk is not None:
+            jail.give(disk)  # QEMU writes its overlay, and a restore reopens it, as its uid
+            if incoming and jail.chrooted:
+                jail.mirror(jail_dir, disk)
+        cgroups = vm_cgroups(jail.instance, tag, spec.memory_mb, spec.cpu)
     cmd = qemu_cmdline(image, spec, accel, sock_dir, mem_path, incoming, disk,
-                       share=base is None, pids_max=pids_max)  # fmt: skip
+                       share=base is None, pids_max=pids_max, jail=jail,
+                       jail_dir=jail_dir)  # fmt: skip
+    if jail is not None:
+        cmd = jail.wrap(cmd, cgroups)
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.DEVNULL,
@@ -208,30 +239,50 @@ def launch(image: Image, spec: SandboxSpec, accel: str, incoming: bool, *,
         proc.wait()
         err = (sock_dir / "qemu.err").read_text(errors="replace")[-2000:]
         mem_path.unlink(missing_ok=True)
+        remove_cgroups(cgroups)
         raise RuntimeUnavailable(f"QEMU did not start: {exc}: {err}") from exc
     key = vm_key(image, spec, accel, base)
     return Vm(proc=proc, sock_dir=sock_dir, mem_path=mem_path, qmp=qmp, key=key, disk=disk,
-              base=base)  # fmt: skip
+              base=base, jail=jail_dir, cgroups=cgroups)  # fmt: skip
 
 
 def connect_agent(path: Path, timeout_s: float) -> AgentClient:
     deadline = time.monotonic() + timeout_s
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(str(path))
-            break
-        except OSError:
-            sock.close()
-            if time.monotonic() > deadline:
-                raise GuestAgentError(f"agent socket {path} did not appear") from None
-            time.sleep(0.005)
+    try:
+        sock = connect_unix(str(path), timeout_s)
+    except OSError:
+        raise GuestAgentError(f"agent socket {path} did not appear") from None
     client = AgentClient(sock)
     client.sync(timeout_s=max(1.0, deadline - time.monotonic()), retry_s=0.2)
     return client
 
 
-def kill_vm(proc: subprocess.Popen | None, qmp: QMPClient | None, mem_path: Path | None) -> None:
+def load_device_state(qmp: QMPClient, path: Path, timeout_s: float = 30.0) -> None:
+    """Feed a device-state stream to a QEMU waiting with ``-incoming defer``.
+
+    ``xen-load-devices-state`` would be the mirror of the save, but QEMU 7.2 asserts in
+    it when no incoming migration was set up; an incoming migration whose stream holds
+    only device sections does the same job."""
+    fd = os.open(path, os.O_RDONLY)
+    try:  # QEMU reads the file itself (no ``exec:cat`` child process to start)
+        qmp.send_fd("devstate", fd)
+    finally:
+        os.close(fd)
+    qmp.execute("migrate-incoming", uri="fd:devstate")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = (qmp.execute("query-migrate") or {}).get("status")
+        if status == "completed":
+            return
+        if status == "failed":
+            raise CheckpointError("QEMU refused the device state")
+        if time.monotonic() > deadline:
+            raise CheckpointError(f"device state not loaded after {timeout_s} s ({status})")
+        time.sleep(0.001)
+
+
+def kill_vm(proc: subprocess.Popen | None, qmp: QMPClient | None, mem_path: Path | None,
+            cgroups: list[Path] | None = None) -> None:  # fmt: skip
     if qmp is not None:
         with contextlib.suppress(Exception):
             qmp.execute("quit", timeout_s=2)
@@ -246,11 +297,12 @@ def kill_vm(proc: subprocess.Popen | None, qmp: QMPClient | None, mem_path: Path
     if mem_path is not None:
         with contextlib.suppress(OSError):
             mem_path.unlink()
+    remove_cgroups(cgroups or [])
 
 
 def discard(vm: Vm) -> None:
     """End a QEMU that belongs to no sandbox (pool entry, failed restore)."""
-    kill_vm(vm.proc, vm.qmp, vm.mem_path)
+    kill_vm(vm.proc, vm.qmp, vm.mem_path, vm.cgroups)
     shutil.rmtree(vm.sock_dir, ignore_errors=True)
 
 

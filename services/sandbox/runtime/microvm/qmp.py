@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+from services.sandbox.runtime.sockets import connect_unix
+
 
 class QMPError(RuntimeError):
     """QEMU answered a command with an error (``class`` and ``desc`` in the message)."""
@@ -18,17 +20,7 @@ class QMPClient:
     ``events`` (name, data) and otherwise ignored."""
 
     def __init__(self, path: str, timeout_s: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(path)
-                break
-            except OSError:
-                sock.close()
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.005)
+        sock = connect_unix(path, timeout_s)
         sock.settimeout(timeout_s)
         self._sock = sock
         self._file = sock.makefile("rwb", buffering=0)

@@ -30,6 +30,11 @@ store changed non-zero pages content-addressed (:class:`~services.sandbox.pagest
 checkpoint is restored), a QEMU from the warm pool (or fresh) mapping it privately with
 ``-incoming defer``, load the device state, ``cont``, resynchronise the agent.
 
+Jail (``jail.py``): each QEMU runs under seccomp, as an unprivileged uid, chrooted into a folder
+of its own (device-state files are written there; a disk VM's jail is its disk folder) and in a
+cgroup of its own; its command line carries ``-name k3stack-<instance>``, by which a restarted
+service reaps the QEMUs it did not re-attach (:meth:`MicroVMRuntime.reap_orphans`).
+
 Acceleration: KVM when a boot probe on this host shows it works (``/dev/kvm`` on these machines
 is a nested PVM that fails on stock guest kernels), else TCG; the probe result is cached per
 QEMU/kernel/host-kernel version (``accel.json`` in the sandbox cache). Override with
@@ -53,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tenacity
+
 from services.sandbox.guest.protocol import AgentClient
 from services.sandbox.images.builder import Image, get_image, sandbox_cache_dir
 from services.sandbox.pagestore import PAGE_SIZE, PageMap, PageStore, PageStores
@@ -73,6 +80,7 @@ from services.sandbox.runtime.base import (
     VMHandle,
 )
 from services.sandbox.runtime.microvm import disks
+from services.sandbox.runtime.microvm import jail as jails
 from services.sandbox.runtime.microvm.accel import Accelerator
 from services.sandbox.runtime.microvm.disks import SETUP_HINT, Disk
 from services.sandbox.runtime.microvm.launch import (
@@ -86,6 +94,7 @@ from services.sandbox.runtime.microvm.launch import (
     guest_addresses,
     kill_vm,
     launch,
+    load_device_state,
 )
 from services.sandbox.runtime.microvm.memory import (
     BaseFiles,
@@ -115,6 +124,7 @@ class _Live:
     disk: Disk | None = None
     ports: dict[int, str] = field(default_factory=dict)
     pid: int | None = None
+    cgroups: list[Path] = field(default_factory=list)
 
 
 def missing_runtime_files() -> list[str]:
@@ -141,12 +151,14 @@ class MicroVMRuntime(Runtime):
         pids_max: int = 1024,
         cow_restore: bool = True,
         boot_timeout_s: float = BOOT_TIMEOUT_S,
+        qemu_user: str = "k3stack-vm",
     ) -> None:
         """``accel``: ``kvm``, ``tcg``, or None/``auto`` (a boot probe decides); ``pids_max``:
         processes the guest's commands may have at once (the agent's cgroup limit);
         ``cow_restore``: restores map the checkpoint's base file copy-on-write (False: copy
         the checkpoint's pages into a new shared file per restore, the older way; also what
-        happens where this process may not read its QEMUs' memory, see ``memory.py``)."""
+        happens where this process may not read its QEMUs' memory, see ``memory.py``);
+        ``qemu_user``: the user QEMU drops to when the service is root (``jail.py``)."""
         self.root = Path(root) if root else sandbox_cache_dir() / "vms"
         self.pids_max = pids_max
         self.boot_timeout_s = boot_timeout_s  # an idle host's boot wait (see boot_budget)
@@ -156,7 +168,8 @@ class MicroVMRuntime(Runtime):
         self._pagestores = PageStores()
         self._images: dict[str, Image] = {}
         self.shm = shm_dir(instance_key(self.root))  # this instance's own /dev/shm folder
-        self._accel = Accelerator(accel, self.shm, pids_max)
+        self.jail = jails.Jail(instance_key(self.root), jails.resolve_user(qemu_user))
+        self._accel = Accelerator(accel, self.shm, pids_max, self.jail)
         sweep_stale(self.shm)  # a crashed predecessor's unmapped files; never another's
         self.bases = BaseFiles(self.shm / "base")
         self.pool = WarmPool(pool_size, self._start_incoming)
@@ -211,7 +224,8 @@ class MicroVMRuntime(Runtime):
                         disk: Path | None = None) -> Vm:  # fmt: skip
         """A QEMU waiting for a restore (``base``: the checkpoint whose base file it maps)."""
         return launch(image, spec, accel, incoming=True, disk=disk, base=base, shm=self.shm,
-                      link_base=self.bases.link, pids_max=self.pids_max)  # fmt: skip
+                      link_base=self.bases.link, pids_max=self.pids_max,
+                      jail=self.jail)  # fmt: skip
 
     def _take_vm(self, image: Image, spec: SandboxSpec, accel: str, disk: Path | None,
                  base: str | None) -> tuple[Vm, bool]:  # fmt: skip
@@ -267,6 +281,7 @@ class MicroVMRuntime(Runtime):
     def close(self) -> None:
         self.pool.close()
         self.bases.close()
+        jails.remove_instance_cgroups(self.jail.instance)
         for d in (self.shm / "base", self.shm):  # the instance's folder, once nothing is in it
             with contextlib.suppress(OSError):
                 d.rmdir()
@@ -288,6 +303,8 @@ class MicroVMRuntime(Runtime):
                 "mem_path": str(vm.mem_path),
                 "accel": accel,
                 "image_initrd": str(vm.key[4]),
+                "jail": str(vm.jail or vm.sock_dir),
+                "cgroups": [str(cg) for cg in vm.cgroups],
                 **({"disk": str(vm.disk)} if vm.disk else {}),
                 **({"mem_base": vm.base, "mem_base_map": base_map_key} if vm.base else {}),
                 **({"network": guest_addresses(spec)} if spec.network.mode == "allowlist" else {}),
@@ -304,13 +321,13 @@ class MicroVMRuntime(Runtime):
             disk = disks.new_overlay(workdir, image.disk) if image.disk else None
             budget, load = boot_budget(self.boot_timeout_s)
             vm = launch(image, spec, accel, incoming=False, disk=disk.active if disk else None,
-                        shm=self.shm, pids_max=self.pids_max)  # fmt: skip
+                        shm=self.shm, pids_max=self.pids_max, jail=self.jail)  # fmt: skip
             try:
                 agent = connect_agent(vm.sock_dir / "agent.sock", budget)
                 break
             except Exception:  # noqa: BLE001 - told below, with the console's last lines
                 console = (vm.sock_dir / "console.log").read_text(errors="replace")[-1500:]
-                kill_vm(vm.proc, vm.qmp, vm.mem_path)
+                kill_vm(vm.proc, vm.qmp, vm.mem_path, vm.cgroups)
                 if disk:
                     disks.remove_disk(disk)
                 tries.append(f"{budget:.0f} s at load {load:.1f} per core")
@@ -323,7 +340,7 @@ class MicroVMRuntime(Runtime):
             )
         h = self._handle(sandbox_id, spec, workdir, vm, accel)
         live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, memory=SharedMemory(vm.mem_path))
-        live.pid = vm.proc.pid
+        live.pid, live.cgroups = vm.proc.pid, vm.cgroups
         live.disk = disk
         self._install(sandbox_id, live)
         if spec.network.mode == "allowlist":
@@ -355,6 +372,7 @@ class MicroVMRuntime(Runtime):
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{live.pid}/cmdline").read_bytes().startswith(QEMU.encode()):
                     os.kill(live.pid, signal.SIGKILL)
+        jails.remove_cgroups(live.cgroups)
         live.last_map = None
         live.memory.close()
 
@@ -391,9 +409,16 @@ class MicroVMRuntime(Runtime):
                     qmp.close()
             return False
         live = _Live(proc=None, qmp=qmp, agent=agent, memory=memory)
-        live.pid = h.pid
+        live.pid, live.cgroups = h.pid, [Path(cg) for cg in h.data.get("cgroups", [])]
         self._install(h.sandbox_id, live)
         return True
+
+    def reap_orphans(self, keep: list[VMHandle], checkpoints: set[str]) -> dict[str, int]:
+        """End this instance's QEMUs (tagged ``-name k3stack-<instance>``) nobody re-attached:
+        warm-pool ones waiting with ``-incoming defer``, VMs of lost sandboxes; then their
+        cgroups, socket folders and the memory files no process maps any more."""
+        killed = jails.reap(self.jail.instance, {h.pid for h in keep if h.pid})
+        return {"qemu": len(killed), "shm_files": sweep_stale(self.shm)}
 
     def _live_of(self, h: VMHandle) -> _Live:
         with self._lock:
@@ -437,6 +462,8 @@ class MicroVMRuntime(Runtime):
         elif h.pid and self.is_alive(h):  # left over from a previous service process
             with contextlib.suppress(OSError):
                 os.kill(h.pid, signal.SIGKILL)
+        if live is None:
+            jails.remove_cgroups([Path(cg) for cg in h.data.get("cgroups", [])])
         if mem_path is not None:  # its own file, or its link to a base (the base stays)
             mem_path.unlink(missing_ok=True)
         if live is not None and live.disk is not None:
@@ -491,7 +518,8 @@ class MicroVMRuntime(Runtime):
                 parent_map = live.last_map[1]
             else:
                 parent_map = ps.load_map(parent.page_map_key or "")
-        state_path = Path(h.data["sock_dir"]) / f"{ck_id}.state"
+        jail_dir = Path(h.data.get("jail") or h.data["sock_dir"])  # QEMU writes only there
+        state_path = jail_dir / f"{ck_id}.state"
         sealed = None
         with live.lock, live.agent.quiesce():
             t1 = time.perf_counter()
@@ -501,9 +529,10 @@ class MicroVMRuntime(Runtime):
                 raise SandboxNotRunning(f"sandbox {h.sandbox_id}: {exc}") from exc
             try:
                 t2 = time.perf_counter()
-                live.qmp.execute("xen-save-devices-state", filename=str(state_path), live=False)
+                live.qmp.execute("xen-save-devices-state", live=False,
+                                 filename=self._qemu_path(h, jail_dir, state_path))  # fmt: skip
                 if live.disk is not None:
-                    sealed = disks.seal_disk(live.disk, live.qmp)
+                    sealed = disks.seal_disk(live.disk, live.qmp, self.jail)
                 t3 = time.perf_counter()
                 pages, hashes = live.memory.capture(ps, parent_map)
                 t4 = time.perf_counter()
@@ -561,6 +590,10 @@ class MicroVMRuntime(Runtime):
             stats=stats,
         )
 
+    def _qemu_path(self, h: VMHandle, jail_dir: Path, path: Path) -> str:
+        """``path`` as the sandbox's QEMU sees it (relative to its chroot, if it has one)."""
+        return self.jail.inside(jail_dir, path) if h.data.get("jail") else str(path)
+
     def restore(self, sandbox_id: str, chain: list[CheckpointManifest], store,
                 workdir: Path) -> VMHandle:  # fmt: skip
         if not chain:
@@ -591,18 +624,19 @@ class MicroVMRuntime(Runtime):
         if vm is not None:  # a fresh checkpoint: its pages are copied into a prewarmed QEMU
             base = None
         t2 = time.perf_counter()
+        tries = tenacity.Retrying(  # three: another process may evict the base meanwhile
+            stop=tenacity.stop_after_attempt(3),
+            retry=tenacity.retry_if_exception_type(FileNotFoundError),
+            reraise=True,
+        )
         try:
-            for attempt in range(3 if vm is None else 0):
-                if base is not None:
-                    assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
-                t2 = time.perf_counter()
-                try:
+            for attempt in tries if vm is None else ():
+                with attempt:
+                    if base is not None:
+                        assembled = self.bases.ensure(ck.id, page_map, ps, ck.memory_bytes)
+                    t2 = time.perf_counter()
                     vm, pooled = self._take_vm(image, ck.spec, accel,
                                                disk.active if disk else None, base)  # fmt: skip
-                    break
-                except FileNotFoundError:  # another process evicted the base meanwhile
-                    if attempt == 2:
-                        raise
         except Exception:
             if disk:
                 disks.remove_disk(disk)
@@ -634,7 +668,7 @@ class MicroVMRuntime(Runtime):
         live = _Live(proc=vm.proc, qmp=vm.qmp, agent=agent, memory=memory)
         live.last_map = (ck.id, page_map)
         live.disk = disk
-        live.pid = vm.proc.pid
+        live.pid, live.cgroups = vm.proc.pid, vm.cgroups
         h = self._handle(sandbox_id, ck.spec, workdir, vm, accel, restored_from=ck.id,
                          base_map_key=ck.page_map_key)  # fmt: skip
         h.data["restore_stats"] = {
@@ -663,7 +697,7 @@ class MicroVMRuntime(Runtime):
             agent_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             agent_sock.connect(str(vm.sock_dir / "agent.sock"))
             t0 = time.perf_counter()
-            self._load_device_state(vm.qmp, state_path)
+            load_device_state(vm.qmp, state_path)
             t1 = time.perf_counter()
             vm.qmp.execute("cont")
             agent = AgentClient(agent_sock)
@@ -677,30 +711,6 @@ class MicroVMRuntime(Runtime):
             "hellos": hellos,
         }
         return agent, stats
-
-    @staticmethod
-    def _load_device_state(qmp: QMPClient, path: Path, timeout_s: float = 30.0) -> None:
-        """Feed a device-state stream to a QEMU waiting with ``-incoming defer``.
-
-        ``xen-load-devices-state`` would be the mirror of the save, but QEMU 7.2 asserts in
-        it when no incoming migration was set up; an incoming migration whose stream holds
-        only device sections does the same job."""
-        fd = os.open(path, os.O_RDONLY)
-        try:  # QEMU reads the file itself (no ``exec:cat`` child process to start)
-            qmp.send_fd("devstate", fd)
-        finally:
-            os.close(fd)
-        qmp.execute("migrate-incoming", uri="fd:devstate")
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = (qmp.execute("query-migrate") or {}).get("status")
-            if status == "completed":
-                return
-            if status == "failed":
-                raise CheckpointError("QEMU refused the device state")
-            if time.monotonic() > deadline:
-                raise CheckpointError(f"device state not loaded after {timeout_s} s ({status})")
-            time.sleep(0.001)
 
     # ------------------------------------------------------------------ guest operations
 
@@ -774,6 +784,7 @@ def make_runtime(settings: Any = None) -> MicroVMRuntime:
     return MicroVMRuntime(
         root=root, accel=section.accel, pool_size=section.warm_pool,
         pids_max=section.guest_pids_max, boot_timeout_s=section.boot_timeout_s,
+        qemu_user=section.qemu_user,
     )  # fmt: skip
 
 

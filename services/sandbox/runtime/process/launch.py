@@ -34,6 +34,7 @@ from services.sandbox.runtime.base import (
 )
 from services.sandbox.runtime.beneath import GuestTree
 from services.sandbox.runtime.portforward import PortForwarder, connect_in_netns, listen_in_netns
+from services.sandbox.runtime.process import idmap
 from services.sandbox.runtime.process.cgroups import CommandCgroups
 from services.sandbox.runtime.process.confine import program_fd
 from services.sandbox.runtime.process.fstree import (
@@ -46,6 +47,7 @@ from services.sandbox.runtime.process.host import (
     _umount,
     _unbind,
 )
+from services.sandbox.runtime.process.uids import UidPool
 
 STAGE_ROOT = Path("/run/k3stack-process")
 """Parent of every sandbox's stage (:meth:`LaunchMixin._stage`)."""
@@ -79,6 +81,9 @@ class LaunchMixin(Runtime):
     _egress: dict[str, list[PortForwarder]]
     ro_binds: tuple[Path, ...]
     guest_uid: int
+    root: Path
+    images_dir: Path
+    _uids: UidPool
 
     def guest_addresses(self, spec: SandboxSpec) -> dict[str, str]:
         return guest_addresses(spec)
@@ -97,28 +102,28 @@ class LaunchMixin(Runtime):
         self, sandbox_id: str, spec: SandboxSpec, workdir: Path, restored_from: str | None
     ) -> VMHandle:
         lowers = self._image_layers(spec.image)
+        # images and workdirs the service's alone: a guest's uid that left its namespaces must
+        # not walk into another sandbox's files (stored as the canonical uid)
+        for folder in (self.root, workdir):
+            os.chmod(folder, 0o700)
         mounted: list[Path] = []
+        uid = self._uids.claim(sandbox_id)
         try:
             stage = self._stage(sandbox_id)
+            mounted += self._mount_overlays(sandbox_id, workdir, lowers, uid)
             for ov in OVERLAYS:
-                target = workdir / "mnt" / ov
-                _umount(target)
-                # the overlay's root (/ or /usr) belongs to the guest's root; set before the
-                # mount, which takes the root's owner once
-                os.chown(workdir / "upper" / ov, self.guest_uid, self.guest_uid)
-                _mount_overlay(target, lowers[ov], workdir / "upper" / ov, workdir / "work" / ov)
-                mounted.append(target)
-                mounted.append(self._stage_one(target, stage / ov))
+                mounted.append(self._stage_one(workdir / "mnt" / ov, stage / ov, uid))
             for i, folder in enumerate(self._shared_folders()):
-                mounted.append(self._stage_one(folder, stage / f"ro{i}"))
+                mounted.append(self._stage_one(folder, stage / f"ro{i}", uid))
             # the tree may come from a checkpoint the guest wrote: never follow its symlinks out
             _guest_tree(workdir / "mnt" / "root").make_dirs(GUEST_HOME)
             self._write_hosts(spec, mnt_root=workdir / "mnt" / "root")
-            init_pid, outer = self._spawn_holder(sandbox_id, workdir)
+            init_pid, outer = self._spawn_holder(sandbox_id, uid)
         except BaseException:
             for target in reversed(mounted):
                 _unbind(target)
             self._unstage(sandbox_id)
+            self._uids.release(uid, sandbox_id)
             raise
         ns = _pid_ns(init_pid)
         self._open_egress(sandbox_id, spec, init_pid)
@@ -129,8 +134,44 @@ class LaunchMixin(Runtime):
             spec=spec,
             pid=init_pid,
             restored_from=restored_from,
-            data={"outer_pid": outer, "pid_ns": ns},
+            data={"outer_pid": outer, "pid_ns": ns, "guest_uid": uid},
         )
+
+    def _mount_overlays(
+        self, sandbox_id: str, workdir: Path, lowers: dict[str, list[Path]], uid: int
+    ) -> list[Path]:
+        """The sandbox's overlays at ``workdir/mnt/<ov>``, built from idmapped binds of its
+        upper folders and of the runtime's own layers in which the canonical owner
+        (``guest_uid``) shows as the sandbox's ``uid`` (:mod:`~.idmap`); the host's ``/usr``
+        is taken as it is. The binds are detached once the overlays hold their layers."""
+        maps = STAGE_ROOT / ".idmap" / sandbox_id
+        idmap.unbind_all(maps)  # what a crashed start left
+        maps.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(maps.parent, 0o700)  # the service's alone
+        mounted: list[Path] = []
+        try:
+            with idmap.mapping(self.guest_uid, uid) as userns:
+                rw = idmap.bind(workdir, maps / "rw", userns)  # upper and work: one mount
+                for ov in OVERLAYS:
+                    target = workdir / "mnt" / ov
+                    _umount(target)
+                    # the overlay's root (/ or /usr) belongs to the guest's root; set before
+                    # the mount, which takes the root's owner once
+                    os.chown(workdir / "upper" / ov, self.guest_uid, self.guest_uid)
+                    layers = [
+                        idmap.bind(low, maps / f"{ov}{i}", userns)
+                        if low.is_relative_to(self.images_dir) else low
+                        for i, low in enumerate(lowers[ov])
+                    ]  # fmt: skip
+                    _mount_overlay(target, layers, rw / "upper" / ov, rw / "work" / ov)
+                    mounted.append(target)
+        except BaseException:
+            for target in reversed(mounted):
+                _unbind(target)
+            raise
+        finally:
+            idmap.unbind_all(maps)
+        return mounted
 
     @staticmethod
     def _stage(sandbox_id: str) -> Path:
@@ -143,9 +184,10 @@ class LaunchMixin(Runtime):
             os.chmod(base, 0o711)  # walkable, not listable
         return base / sandbox_id
 
-    def _stage_one(self, source: Path, at: Path) -> Path:
+    @staticmethod
+    def _stage_one(source: Path, at: Path, uid: int) -> Path:
         at.mkdir(parents=True, exist_ok=True)
-        os.chown(at.parent, self.guest_uid, self.guest_uid)  # no other host user walks in
+        os.chown(at.parent, uid, uid)  # no other host user (nor sandbox) walks in
         os.chmod(at.parent, 0o700)
         _unbind(at)
         _bind(source, at)
@@ -166,16 +208,16 @@ class LaunchMixin(Runtime):
         """The ``ro_binds`` that exist (the agent cache, for installed-agent episodes)."""
         return [Path(f) for f in self.ro_binds if Path(f).is_dir()]
 
-    def _spawn_holder(self, sandbox_id: str, workdir: Path) -> tuple[int, int]:
-        """bubblewrap, started as the guest's unprivileged host uid, in its own user namespace
-        (the guest's root is that uid), every capability dropped, the seccomp filter loaded.
+    def _spawn_holder(self, sandbox_id: str, uid: int) -> tuple[int, int]:
+        """bubblewrap, started as the sandbox's own unprivileged host uid, in its own user
+        namespace (the guest's root is that uid), every capability dropped, the seccomp filter
+        loaded.
 
         It runs unprivileged, so it binds the overlays from their stage (:meth:`_stage`): the
         service's own folders above the workdir may be closed to that uid."""
         stage = self._stage(sandbox_id)
         argv = [
-            str(self.setpriv), "--reuid", str(self.guest_uid), "--regid",
-            str(self.guest_uid), "--clear-groups", "--",
+            str(self.setpriv), "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--",
             str(self.bwrap),
             "--unshare-user", "--uid", "0", "--gid", "0",
             "--bind", str(stage / "root"), "/",
@@ -363,6 +405,7 @@ class LaunchMixin(Runtime):
         self._unstage(h.sandbox_id)
         for ov in reversed(OVERLAYS):
             _umount(Path(h.workdir) / "mnt" / ov)
+        self._uids.release(h.data.get("guest_uid"), h.sandbox_id)
 
     def destroy(self, h: VMHandle) -> None:
         self.stop(h)

@@ -10,13 +10,12 @@ Errors are Google's ``{"error": {...}}`` bodies.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel
 
+from services.tools.app_common import google_error_model, json_object_body
 from services.tools.apps.calendar import actions as A
 from services.tools.apps.calendar.errors import (
     GoogleError,
@@ -39,27 +38,7 @@ def calendar_context(ctx: WorldCtx, request: Request) -> WorldContext:
 CalCtx = Annotated[WorldContext, Depends(calendar_context)]
 
 
-class CalendarErrorDetail(BaseModel):
-    message: str
-    domain: str
-    reason: str
-
-
-class CalendarErrorInner(BaseModel):
-    code: int
-    message: str
-    errors: list[CalendarErrorDetail] = []
-    status: str | None = None
-
-
-class CalendarErrorBody(BaseModel):
-    """The error body Google APIs answer (``{"error": {code, message, errors, status}}``),
-    documented in OpenAPI for every Calendar route."""
-
-    error: CalendarErrorInner
-
-
-ERROR_MODEL = CalendarErrorBody
+ERROR_MODEL = google_error_model("Calendar")
 
 
 def error_response(status: int, message: str) -> JSONResponse:
@@ -75,17 +54,10 @@ def error_response(status: int, message: str) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.code)
 
 
-async def json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise GoogleError(400, "parseError", "Parse Error") from None
-    if not isinstance(body, dict):
-        raise bad_request("The request body must be a JSON object.")
-    return body
+json_body = json_object_body(
+    lambda: GoogleError(400, "parseError", "Parse Error"),
+    lambda: bad_request("The request body must be a JSON object."),
+)
 
 
 Body = Annotated[dict[str, Any], Depends(json_body)]

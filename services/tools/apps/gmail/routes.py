@@ -12,14 +12,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from email import policy
 from email.parser import BytesParser
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.tools.app_common import google_error_model
 from services.tools.apps.gmail import actions as gm
 from services.tools.apps.gmail import mime
 from services.tools.apps.gmail.actions import GmailError
@@ -35,27 +38,7 @@ MAX_PAGE = 500
 Format = Literal["full", "metadata", "minimal", "raw"]
 
 
-class GmailErrorDetail(BaseModel):
-    message: str
-    domain: str
-    reason: str
-
-
-class GmailErrorInner(BaseModel):
-    code: int
-    message: str
-    errors: list[GmailErrorDetail] = []
-    status: str | None = None
-
-
-class GmailErrorBody(BaseModel):
-    """The error body Google APIs answer (``{"error": {code, message, errors, status}}``),
-    documented in OpenAPI for every Gmail route."""
-
-    error: GmailErrorInner
-
-
-ERROR_MODEL = GmailErrorBody
+ERROR_MODEL = google_error_model("Gmail")
 
 
 def error_response(status: int, message: str) -> JSONResponse:
@@ -198,28 +181,43 @@ def get_profile(userId: str, ctx: WorldCtx) -> dict[str, Any]:
     return gm.profile(ctx)
 
 
+@dataclass
+class ListQuery:
+    """The query parameters Gmail's ``messages.list`` and ``threads.list`` share."""
+
+    q: str | None = Query(None, max_length=2048)
+    labelIds: list[str] | None = Query(None)
+    pageToken: str | None = Query(None, max_length=256)
+    maxResults: int = Query(100, ge=1, le=100_000)
+    includeSpamTrash: bool = False
+
+
+Listing = Annotated[ListQuery, Depends()]
+
+
+def _listed(key: str, items: list[Any], page_token: str | None, max_results: int,
+            shape: Callable[[Any], Any] = lambda item: item,
+            head: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The answer of every Gmail list: ``head`` (by default the estimate of all the items),
+    one page of ``items`` under ``key`` (each made by ``shape``), the next page's token."""
+    page, nxt = _page(items, page_token, max_results)
+    out = head if head is not None else {"resultSizeEstimate": len(items)}
+    if page:
+        out[key] = [shape(item) for item in page]
+    if nxt:
+        out["nextPageToken"] = nxt
+    return out
+
+
 # --- messages ----------------------------------------------------------------------------
 
 
 @router.get("/messages", operation_id="gmail.users.messages.list", responses=PAGE_TOKEN_400)
-def list_messages(
-    userId: str,
-    ctx: WorldCtx,
-    q: str | None = Query(None, max_length=2048),
-    labelIds: list[str] | None = Query(None),
-    pageToken: str | None = Query(None, max_length=256),
-    maxResults: int = Query(100, ge=1, le=100_000),
-    includeSpamTrash: bool = False,
-) -> dict[str, Any]:
+def list_messages(userId: str, ctx: WorldCtx, listing: Listing) -> dict[str, Any]:
     _user(ctx, userId)
-    msgs = gm.search(ctx, q, labelIds, includeSpamTrash)
-    page, nxt = _page(msgs, pageToken, maxResults)
-    out: dict[str, Any] = {"resultSizeEstimate": len(msgs)}
-    if page:
-        out["messages"] = [{"id": m.id, "threadId": m.thread_id} for m in page]
-    if nxt:
-        out["nextPageToken"] = nxt
-    return out
+    msgs = gm.search(ctx, listing.q, listing.labelIds, listing.includeSpamTrash)
+    return _listed("messages", msgs, listing.pageToken, listing.maxResults,
+                   lambda m: {"id": m.id, "threadId": m.thread_id})  # fmt: skip
 
 
 @router.get("/messages/{id}", operation_id="gmail.users.messages.get")
@@ -338,24 +336,10 @@ def get_attachment(userId: str, messageId: str, id: str, ctx: WorldCtx) -> dict[
 
 
 @router.get("/threads", operation_id="gmail.users.threads.list", responses=PAGE_TOKEN_400)
-def list_threads(
-    userId: str,
-    ctx: WorldCtx,
-    q: str | None = Query(None, max_length=2048),
-    labelIds: list[str] | None = Query(None),
-    pageToken: str | None = Query(None, max_length=256),
-    maxResults: int = Query(100, ge=1, le=100_000),
-    includeSpamTrash: bool = False,
-) -> dict[str, Any]:
+def list_threads(userId: str, ctx: WorldCtx, listing: Listing) -> dict[str, Any]:
     _user(ctx, userId)
-    threads = gm.list_threads(ctx, q, labelIds, includeSpamTrash)
-    page, nxt = _page(threads, pageToken, maxResults)
-    out: dict[str, Any] = {"resultSizeEstimate": len(threads)}
-    if page:
-        out["threads"] = page
-    if nxt:
-        out["nextPageToken"] = nxt
-    return out
+    threads = gm.list_threads(ctx, listing.q, listing.labelIds, listing.includeSpamTrash)
+    return _listed("threads", threads, listing.pageToken, listing.maxResults)
 
 
 @router.get("/threads/{id}", operation_id="gmail.users.threads.get")
@@ -418,13 +402,7 @@ def list_drafts(
 ) -> dict[str, Any]:
     _user(ctx, userId)
     drafts = gm.list_drafts(ctx, q, includeSpamTrash)
-    page, nxt = _page(drafts, pageToken, maxResults)
-    out: dict[str, Any] = {"resultSizeEstimate": len(drafts)}
-    if page:
-        out["drafts"] = [gm.draft_json(ctx, d) for d in page]
-    if nxt:
-        out["nextPageToken"] = nxt
-    return out
+    return _listed("drafts", drafts, pageToken, maxResults, lambda d: gm.draft_json(ctx, d))
 
 
 @router.post("/drafts", operation_id="gmail.users.drafts.create", responses=DRAFT_400)
@@ -522,13 +500,8 @@ def list_history(
 ) -> dict[str, Any]:
     _user(ctx, userId)
     entries = gm.history(ctx, startHistoryId, historyTypes, labelId)
-    page, nxt = _page(entries, pageToken, maxResults)
-    out: dict[str, Any] = {"historyId": str(gm.mailbox(ctx).history_id)}
-    if page:
-        out["history"] = page
-    if nxt:
-        out["nextPageToken"] = nxt
-    return out
+    head = {"historyId": str(gm.mailbox(ctx).history_id)}
+    return _listed("history", entries, pageToken, maxResults, head=head)
 
 
 # --- media uploads -----------------------------------------------------------------------

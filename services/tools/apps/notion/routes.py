@@ -12,13 +12,13 @@ the supported ones, so a client never silently gets other semantics.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from services.tools.app_common import json_object_body
 from services.tools.apps.notion import actions as A
 from services.tools.apps.notion.errors import NotionError, NotionRoute, to_notion_error, validation
 from services.tools.context import WorldContext, WorldCtx, json_body_doc, rejects
@@ -77,17 +77,10 @@ def error_response(status: int, message: str) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
 
 
-async def json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise NotionError(400, "invalid_json", "Error parsing JSON body.") from None
-    if not isinstance(body, dict):
-        raise validation("body should be an object.")
-    return body
+json_body = json_object_body(
+    lambda: NotionError(400, "invalid_json", "Error parsing JSON body."),
+    lambda: validation("body should be an object."),
+)
 
 
 Body = Annotated[dict[str, Any], Depends(json_body)]

@@ -10,6 +10,8 @@ Revises: v0001
 import sqlalchemy as sa
 from alembic import op
 
+from shared.jobs.migration import job_columns_v1
+
 revision = "v0002"
 down_revision = "v0001"
 branch_labels = None
@@ -22,24 +24,7 @@ def upgrade() -> None:
     op.rename_table("verifier_jobs", "verifier_jobs_v1")
     op.create_table(
         "verifier_jobs",
-        sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("kind", sa.String(64), nullable=False, index=True),
-        sa.Column("status", sa.String(16), nullable=False, index=True),
-        sa.Column("payload", sa.JSON, nullable=False),
-        sa.Column("task_name", sa.String(200), nullable=False),
-        sa.Column("queue", sa.String(200), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, index=True),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("progress", sa.Float, nullable=False),
-        sa.Column("progress_message", sa.Text, nullable=False),
-        sa.Column("result", sa.JSON, nullable=True),
-        sa.Column("result_key", sa.String(1024), nullable=True),
-        sa.Column("error_code", sa.String(64), nullable=True),
-        sa.Column("error_message", sa.Text, nullable=True),
-        sa.Column("attempts", sa.Integer, nullable=False),
-        sa.Column("owner", sa.String(200), nullable=True),
+        *job_columns_v1(),
     )
     op.execute(
         sa.text(
