@@ -173,6 +173,24 @@ def _alnum(call_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", call_id)
 
 
+def exchange_message(item: dict[str, Any]) -> tuple[dict[str, Any], tuple[int, int] | None]:
+    """(the assistant message, (prompt, completion) tokens or None) of one recorded exchange."""
+    api = item.get("api", "")
+    message, gen = _message(api, _answer(api, item))
+    usage = gen["usage"]
+    return message, (usage[0] or 0, usage[1] or 0) if usage is not None else None
+
+
+def exchange_results(item: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(call id, content, is_error) of the tool results one exchange's request sends back."""
+    return _results(item.get("api", ""), item.get("request") or {})
+
+
+def same_call(a: str, b: str) -> bool:
+    """Whether two call ids name one call (OpenClaw drops an id's non-alphanumerics)."""
+    return a == b or _alnum(a) == _alnum(b)
+
+
 def add_exchange(traj: Any, item: dict[str, Any], pending: set[str]) -> None:
     """Add one gateway exchange to ``traj``; ``pending`` holds the call ids still unanswered."""
     from shared.chat import ChatMessage, Usage
@@ -181,7 +199,7 @@ def add_exchange(traj: Any, item: dict[str, Any], pending: set[str]) -> None:
     api, request = item.get("api", ""), item.get("request") or {}
     for call_id, content, is_error in _results(api, request):
         # OpenClaw sends a call's id back with its non-alphanumerics dropped
-        same = next((p for p in pending if p == call_id or _alnum(p) == _alnum(call_id)), None)
+        same = next((p for p in pending if same_call(p, call_id)), None)
         if same is not None:
             pending.discard(same)
             traj.add_observation(same, content, is_error=is_error, timestamp=item["at"])

@@ -1,10 +1,11 @@
-"""The HTML report of an episode, from the Jinja2 template ``report.html.j2``: a timeline over
-the simulated days (events arriving with their verdicts, the agent's messages and reasoning,
-each tool call once with its observation, compactions) and each check's verdict. Self-contained (inline
-CSS, no scripts), so it opens from the object store or a file."""
+"""The HTML report of an episode, from the Jinja2 template ``report.html.j2`` and the style
+sheet ``report.css`` (inlined at render time, so the report stays one self-contained file: no
+scripts, no links; it opens from the object store or a file). What it shows is read from the
+trajectory document by :mod:`~services.orchestrator.report_view`."""
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -12,59 +13,55 @@ from typing import Any
 from jinja2 import ChainableUndefined, Environment, FileSystemLoader, Template
 from markupsafe import Markup
 
-CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:1100px;color:#1d232b}
-h1{font-size:1.4rem} .meta span{margin-right:1.4rem;color:#555}
-#score{font-size:1.2rem;font-weight:600;padding:.6rem 1rem;background:#eef5ee;display:inline-block}
-.day{border-left:4px solid #4a7bd0;margin:1.2rem 0;padding-left:1rem}
-.day h2{font-size:1.1rem;margin:.2rem 0}
-.item{margin:.35rem 0;padding:.35rem .6rem;border-radius:4px;background:#f6f7f9;white-space:pre-wrap}
-.assistant{background:#eef2fb} .tool-call{background:#fff;border:1px solid #dde}
-.tool-call.error,.failure{border:1px solid #d55;background:#fff4f4} .clock{background:#fff8e0}
-.verdict{font-size:11px;padding:0 .3rem;border-radius:3px} details.reasoning{color:#555;margin-top:.3rem}
-.compaction{background:#f1e9fb;border:1px dashed #8a5cc7}
-table{border-collapse:collapse;width:100%;margin-top:1rem} td,th{border:1px solid #ccd;padding:.3rem .5rem;text-align:left}
-.pass{color:#1a7f37;font-weight:600} .fail{color:#c62828;font-weight:600}
-code{font-size:12px}
-"""
+from services.orchestrator.report_view import build
+
+HERE = Path(__file__).parent
+FULL_CAP = 20_000  # the most of one argument or result the report expands to
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _short(text: Any, n: int = 600) -> str:
-    s = "" if text is None else str(text)
+    s = _text(text)
     return s if len(s) <= n else s[:n] + " …"
+
+
+def _oneline(text: Any) -> str:
+    return " ".join(_text(text).split())
+
+
+def _full(text: Any) -> str:
+    s = _text(text)
+    more = len(s) - FULL_CAP
+    return s if more <= 0 else s[:FULL_CAP] + f" … ({more} more characters in trajectory.json)"
+
+
+@lru_cache(maxsize=1)
+def css() -> str:
+    return (HERE / "report.css").read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
 def _template() -> Template:
     env = Environment(
-        loader=FileSystemLoader(Path(__file__).parent),
+        loader=FileSystemLoader(HERE),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=ChainableUndefined,
     )
     env.filters["short"] = _short
+    env.filters["full"] = _full
+    env.filters["text"] = _text
+    env.filters["oneline"] = _oneline
     return env.get_template("report.html.j2")
 
 
 def render_report(doc: dict[str, Any]) -> str:
     """The report of a trajectory document (``episode.export.trajectory``)."""
-    items = doc.get("items", [])
-    score = next((i for i in items if i["kind"] == "score"), None) or {}
-    result = doc.get("result") or score
-    days: list[tuple[int, list[dict[str, Any]]]] = []
-    day = 1
-    for it in items:
-        if it["kind"] == "clock":
-            day = it.get("day", day)
-        if it["kind"] in ("system", "score", "tools", "scenario", "harness"):
-            continue
-        if not days or days[-1][0] != day:
-            days.append((day, []))
-        days[-1][1].append(it)
-    verdicts = {e.get("event_id"): bool(e.get("passed")) for e in result.get("events") or []}
-    usage = doc.get("usage") or {}
-    return _template().render(
-        doc=doc, css=Markup(CSS), task=doc.get("task") or {}, result=result, days=days,
-        verdicts=verdicts, tokens=usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0),
-    )  # fmt: skip
+    view = build(doc)
+    return _template().render(doc=doc, css=Markup(css()), task=doc.get("task") or {}, **view)

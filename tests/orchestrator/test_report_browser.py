@@ -49,7 +49,7 @@ def test_report_renders_in_chromium(orch_db, services, tmp_path: Path) -> None:
 
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     assert f"events passed {row.result['events_passed']}/{row.result['events_total']}" in score
-    assert days >= 3 and day_titles[0] == "Simulated day 1"
+    assert days >= 3 and day_titles[0].startswith("Simulated day 1")  # "· turn 1 of 2" when several
     assert calls == sum(len(s.observations) for s in traj.steps if s.kind == "model")
     assert checks == sum(len(e["checks"]) for e in row.result["events"])
     assert passed == checks  # the oracle passes every check

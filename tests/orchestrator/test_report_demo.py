@@ -1,5 +1,6 @@
 """The report shows each tool call once (with its observation), labels no turn "(tool calls)",
-shows the model's reasoning and puts each event's verdict on the timeline where it arrived;
+shows the model's reasoning and never puts a verdict on the line where its event arrived
+(without a record of what decided it, the verdict goes to the end, labelled so);
 the demo names its simulated days right and its --help says what it runs."""
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ def test_the_report_shows_each_call_once_with_reasoning_and_verdicts() -> None:
     assert html.count("gmail__send_email") == 1
     assert "(tool calls)" not in html
     assert "I should write to Ada first" in html
-    day2 = html[html.index("Simulated day 2") :]
-    assert 'ev_ok <span class="verdict pass">PASS' in day2
-    assert 'ev_bad <span class="verdict fail">FAIL' in day2
+    arrival = next(ln for ln in html.splitlines() if 'class="item clock"' in ln)
+    assert "ev_ok" in arrival and "verdict" not in arrival
+    closing = html[html.index("<h2>Decided at the end</h2>") :]
+    assert "decided at the end of the episode (no single deciding action recorded)" in closing
+    assert '<span class="verdict pass">PASS</span> ev_ok' in closing
+    assert '<span class="verdict fail">FAIL</span> ev_bad' in closing
 
 
 def test_the_demo_counts_its_simulated_days_from_one() -> None:

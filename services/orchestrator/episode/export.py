@@ -40,6 +40,7 @@ def trajectory(db: ServiceDatabase, episode_id: str) -> dict[str, Any] | None:
             "policy": (req.get("policy") or {}).get("kind"),
             "task": req.get("task"),
             "status": row.status,
+            "attempts": row.attempts,
             "reward": row.reward,
             "result": row.result,
             "usage": state.usage.model_dump(),

@@ -75,6 +75,11 @@ class World:
     def events(self) -> list[dict[str, Any]]:
         return [e.model_dump(mode="json") for e in self.client.events(self.id).events]
 
+    def check_status(self) -> dict[str, bool]:
+        """Every check's verdict as of now, keyed ``event/check`` (the report's evidence)."""
+        report = self.client.checks(self.id)
+        return {f"{e.event_id}/{c.id}": c.passed for e in report.events for c in e.checks}
+
 
 @dataclass
 class Runtime:
@@ -93,12 +98,19 @@ Emit = Callable[[str, dict[str, Any]], None]
 
 
 class Loop:
-    def __init__(self, rt: Runtime, state: EpisodeState, emit: Emit) -> None:
+    def __init__(
+        self, rt: Runtime, state: EpisodeState, emit: Emit, check_evidence: bool = False
+    ) -> None:
+        """``check_evidence``: record on each world call and clock move the checks' verdicts it
+        flipped (a few reads of the world each), so the report can name the deciding action."""
         self.rt = rt
+        self.evidence = check_evidence
         self.s = state
         self.emit = emit
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         rt.ctx.scratch = state.scratch
+        self._seen: dict[str, bool] | None = None  # the checks' verdicts, when known
+        self._checks: dict[str, Any] | None = None  # what the last world call changed
 
     @property
     def done(self) -> bool:
@@ -229,6 +241,7 @@ class Loop:
         i = s.pending_index
         call = s.pending[i]
         key = f"{rt.episode_id}:{s.pending_step}:{i}"
+        self._checks = None
         began = time.monotonic()
         observation, is_error, replayed = self._observe(call, key)
         duration_ms = round((time.monotonic() - began) * 1000, 3)
@@ -245,6 +258,7 @@ class Loop:
                 "idempotency_key": key,
                 "replayed": replayed,
                 "duration_ms": duration_ms,
+                **({"checks": self._checks} if self._checks is not None else {}),
             },
         )
         s.pending_index = i + 1
@@ -279,10 +293,44 @@ class Loop:
                 rt.journal.finish(key, obs, True)
                 return obs, True, True
         pre = rt.world.state_hash() if tool.effect == "world" and rt.world else None
+        evidence = tool.effect == "world" and rt.world is not None and self.evidence
+        before = self._check_status() if evidence else None
         rt.journal.start(key, tool.name, tool.effect, pre)
         observation, is_error, _ = self._run(tool, args)
         rt.journal.finish(key, observation, is_error)
+        if evidence:
+            self._checks = self._checks_moved(before)
         return observation, is_error, False
+
+    # -- the checks' evidence (the report puts a verdict on the call that decided it) ---------
+    # Within one loop the world changes only by its world calls and clock moves, so the
+    # verdicts after one are the verdicts before the next: one read of the checks each.
+
+    def _check_status(self) -> tuple[dict[str, bool], bool] | None:
+        """(every check's verdict now, whether it was read now rather than carried over);
+        None when the checks cannot be read (the action then goes unrecorded, never fails)."""
+        if self._seen is not None:
+            return self._seen, False
+        try:
+            self._seen = self.rt.world.check_status()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - evidence for the report, not part of the run
+            return None
+        return self._seen, True
+
+    def _checks_moved(self, before: tuple[dict[str, bool], bool] | None) -> dict[str, Any] | None:
+        """The verdicts an action flipped (and, read anew after a restart, all of them before
+        it, so a reader never credits an action with a flip it did not see)."""
+        self._seen = None
+        if before is None:  # unrecorded: the next record starts with a fresh read
+            return None
+        now = self._check_status()
+        if now is None:
+            return None
+        old, fetched = before
+        out: dict[str, Any] = {"flipped": {k: v for k, v in now[0].items() if old.get(k) != v}}
+        if fetched:
+            out["before"] = old
+        return out
 
     def _run(self, tool: Tool, args: Any) -> tuple[str, bool, bool]:
         """Run on the loop's tool thread, so a call that hangs times out (the stuck thread is
@@ -338,13 +386,13 @@ class Loop:
         before, target = plan.before, plan.to
         if plan.end:
             if before < w.end:
-                w.client.advance(w.id, to=w.end.isoformat())
-                self._clock_item(before, w.end)
+                _, checks = self._advance(w.end)
+                self._clock_item(before, w.end, checks=checks)
             self.finish(Outcome.scenario_end)
             return
-        out = w.client.advance(w.id, to=target.isoformat())
+        out, checks = self._advance(target)
         s.day = (target.date() - w.start.date()).days + 1
-        self._clock_item(before, target, fired=out.fired)
+        self._clock_item(before, target, fired=out.fired, checks=checks)
         s.day_steps = 0  # a fresh step budget after every move of the clock
         fired = len(out.fired)
         note = f"{fired} new item(s) arrived" if fired else "Nothing new has arrived yet"
@@ -357,7 +405,24 @@ class Loop:
         s.messages.append(notice)
         self.emit("user", {"message": notice})
 
-    def _clock_item(self, before: datetime, after: datetime, fired: list | None = None) -> None:
+    def _advance(self, to: datetime) -> tuple[Any, dict[str, Any] | None]:
+        """Move the clock (with the verdicts the move flipped: events arriving, deadlines
+        passing, when the loop records them)."""
+        w = self.rt.world
+        assert w is not None
+        if not self.evidence:
+            return w.client.advance(w.id, to=to.isoformat()), None
+        before = self._check_status()
+        out = w.client.advance(w.id, to=to.isoformat())
+        return out, self._checks_moved(before)
+
+    def _clock_item(
+        self,
+        before: datetime,
+        after: datetime,
+        fired: list | None = None,
+        checks: dict[str, Any] | None = None,
+    ) -> None:
         self.s.clock = after.isoformat()
         self.emit(
             "clock",
@@ -366,6 +431,7 @@ class Loop:
                 "to": after.isoformat(),
                 "day": self.s.day,
                 "fired": [f if isinstance(f, str) else f.get("event_id") for f in fired or []],
+                **({"checks": checks} if checks is not None else {}),
             },
         )
 

@@ -92,6 +92,7 @@ class EpisodeRecorder:
         self.svc = services
         self.id = job.id
         self.owner = job.owner
+        self.attempt = job.attempt
         self.store = EpisodeStore(db, services.settings)
         self.journal = StateJournal(job.id)
         self.items: list[Item] = []
@@ -111,6 +112,7 @@ class EpisodeRecorder:
             state = self.journal.load(s)
         if state is not None:
             self.segment = state.segment
+        self.emit("attempt", {"attempt": self.attempt})  # the report marks each start
         return state
 
     def harness(self, request: EpisodeCreate) -> HarnessConfig:

@@ -83,7 +83,7 @@ class LoopDriver:
             state.scenario = scenario_from_items(self.db, self.id)
         rt = self._runtime(state)
         self._check_fits(rt, state)
-        self._loop = Loop(rt, state, self.rec.emit)
+        self._loop = Loop(rt, state, self.rec.emit, check_evidence=True)  # the report's
         self._world = rt.world
         self.rec.max_steps = self.harness.budgets.max_steps
         self.rec.persist(state)  # the runtime's one-time items; a cancel stops here
