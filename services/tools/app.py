@@ -22,8 +22,10 @@ from pydantic import BaseModel
 from sqlalchemy import inspect
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.tools.apps.base import ErrorStyle
 from services.tools.bounds import BodyBounds
-from services.tools.db import app_module, load_apps, set_present_tables, tools_database
+from services.tools.db import set_present_tables, tools_apps, tools_database
+from services.tools.mcp.routes import router as mcp_router
 from services.tools.worlds.routes import router as worlds_router
 from shared.app import _HTTP_CODES, _describe_validation
 from shared.app import create_app as create_service_app
@@ -36,7 +38,6 @@ from shared.settings import get_settings
 log = logging.getLogger("k3stack.tools")
 _APP_PATH = re.compile(r"^/(?:worlds/[^/]+/)?(?:upload/)?([a-z][a-z0-9_]*)/")
 
-ErrorStyle = Callable[[int, str], JSONResponse]
 _HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
@@ -44,22 +45,18 @@ def app_routers() -> tuple[
     list[APIRouter], dict[str, ErrorStyle], dict[type, Any], dict[str, type[BaseModel]]
 ]:
     """Every app's routers, error styles, exception handlers and error-body models (for the
-    OpenAPI document), found by folder."""
+    OpenAPI document), from each app's declaration."""
     routers: list[APIRouter] = []
     styles: dict[str, ErrorStyle] = {}
     handlers: dict[type, Any] = {}
     models: dict[str, type[BaseModel]] = {}
-    for app in load_apps():
-        mod = app_module(app, "routes")
-        if mod is None:
-            continue
-        found = getattr(mod, "routers", None) or [getattr(mod, "router", None)]
-        routers.extend(r for r in found if r is not None)
-        if callable(getattr(mod, "error_response", None)):
-            styles[app] = mod.error_response
-        handlers.update(getattr(mod, "exception_handlers", {}) or {})
-        if getattr(mod, "ERROR_MODEL", None) is not None:
-            models[app] = mod.ERROR_MODEL
+    for app in tools_apps():
+        routers.extend(app.routers)
+        if app.error_response is not None:
+            styles[app.name] = app.error_response
+        handlers.update(app.exception_handlers)
+        if app.error_model is not None:
+            models[app.name] = app.error_model
     return routers, styles, handlers, models
 
 
@@ -265,14 +262,10 @@ def create_app() -> FastAPI:
         db.close()
 
     routers, styles, handlers, error_models = app_routers()
-    extra: list[APIRouter] = []
-    mcp = app_module_safe("services.tools.mcp.routes")
-    if mcp is not None and getattr(mcp, "router", None) is not None:
-        extra.append(mcp.router)
     app = create_service_app(
         "tools",
         routers=[worlds_router],
-        public_routers=[*routers, *extra],
+        public_routers=[*routers, mcp_router],
         lifespan=lifespan,
         health_checks={"database": lambda: ping(db)},
         settings=settings,
@@ -289,15 +282,3 @@ def create_app() -> FastAPI:
     for exc_type, handler in handlers.items():
         app.add_exception_handler(exc_type, handler)
     return app
-
-
-def app_module_safe(name: str):  # type: ignore[no-untyped-def]
-    """Import an optional module (e.g. the MCP server) if it exists."""
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
-            return None
-        raise

@@ -16,11 +16,14 @@ import pkgutil
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table
 
 from services.tools.tables import CORE_PREFIX, Base, WorldScoped
+
+if TYPE_CHECKING:
+    from services.tools.apps.base import ToolsApp
 
 __all__ = [
     "CORE_PREFIX",
@@ -31,6 +34,7 @@ __all__ = [
     "app_module",
     "app_names",
     "load_apps",
+    "tools_apps",
     "tools_database",
 ]
 
@@ -87,6 +91,24 @@ def load_apps() -> tuple[str, ...]:
     for app in app_names():
         app_module(app, "models")
     return app_names()
+
+
+@cache
+def tools_apps() -> tuple[ToolsApp, ...]:
+    """Every app's declaration (``APP`` in ``apps/<app>/app.py``), sorted by name: the one
+    way the core reaches an app's routes, state, clock and statements."""
+    from services.tools.apps.base import ToolsApp
+
+    out = []
+    for name in load_apps():
+        mod = app_module(name, "app")
+        declared = vars(mod).get("APP") if mod is not None else None
+        if not isinstance(declared, ToolsApp) or declared.name != name:
+            raise TypeError(
+                f"services/tools/apps/{name}/app.py must define APP = ToolsApp(name={name!r}, ...)"
+            )
+        out.append(declared)
+    return tuple(out)
 
 
 _present: set[str] | None = None

@@ -1,5 +1,5 @@
 """Adding an app touches only its folder: a minimal app (``echo``: one table, one REST route,
-two MCP tools, one effect, one check, a state export) written into a temporary folder on the
+two MCP tools, one effect, one check, a state export, declared in its ``app.py``) written into a temporary folder on the
 apps package's path is mounted, served over MCP, scripted by scenarios, exported, forked and
 judged by the core without any core file naming it. Its table comes from its own Alembic
 revision in its own ``migrations/`` folder, which the service's startup finds and runs.
@@ -146,6 +146,12 @@ FILES = {
 
         def export_state(ctx):
             return {"notes": actions.notes(ctx)}
+    """,
+    "app.py": """
+        from services.tools.apps.base import ToolsApp
+        from services.tools.apps.echo import routes, state
+
+        APP = ToolsApp(name="echo", routers=[routes.router], export_state=state.export_state)
     """,
 }
 

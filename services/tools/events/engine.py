@@ -262,15 +262,12 @@ def fire(session: Session, world: WorldRow, ev: EventRow, npc_model_url: str | N
 
 def tick(session: Session, world: WorldRow) -> None:
     """Let apps act on the new time (e.g. Slack posts scheduled messages): each app's
-    ``actions.tick(ctx)`` (or Slack's ``deliver_due``) runs as the agent, who scheduled it."""
-    from services.tools.db import app_module, load_apps
+    ``tick(ctx)`` runs as the agent, who scheduled it."""
+    from services.tools.db import tools_apps
 
     ctx = WorldContext(world_id=world.id, session=session, seed=world.seed, world=world)
-    for app in load_apps():
-        mod = app_module(app, "actions")
-        fn = getattr(mod, "tick", None) or getattr(mod, "deliver_due", None)
-        if fn is not None:
-            fn(ctx)
+    for app in tools_apps():
+        app.tick(ctx)
     session.flush()
 
 

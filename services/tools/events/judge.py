@@ -16,18 +16,19 @@ from services.tools.context import WorldContext
 def resolve_inputs(ctx: WorldContext, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each selector's content: a conversation (``thread_of``, ``dm_with``, ``channel``,
     ``to_any``) through ``say``; anything else through the app's own ``ops.resolve_input``."""
-    from services.tools.db import app_module
+    from services.tools.db import tools_apps
     from services.tools.events.ops.say import CONVERSATION_KEYS
     from services.tools.events.ops.say import resolve_input as said
 
+    resolvers = {a.name: a.resolve_input for a in tools_apps() if a.resolve_input is not None}
     out = []
     for spec in inputs:
         app = str(spec.get("app", ""))
         args = {k: v for k, v in spec.items() if k not in ("app", "select")}
-        mod = app_module(app, "ops") if app.isidentifier() else None
-        if CONVERSATION_KEYS & set(args) or not hasattr(mod, "resolve_input"):
+        own = resolvers.get(app)
+        if CONVERSATION_KEYS & set(args) or own is None:
             items = said(ctx, args | ({"app": app} if app else {}))
         else:
-            items = mod.resolve_input(ctx, args)  # type: ignore[union-attr]
+            items = own(ctx, args)
         out.append({"selector": spec, "items": items})
     return out

@@ -16,7 +16,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from services.tools.context import WorldContext, _aware, token_digest
-from services.tools.db import app_module, load_apps
+from services.tools.db import tools_apps
 from services.tools.events import engine
 from services.tools.events.marks import mark_all
 from services.tools.models import SnapshotRow, WorldRow
@@ -82,10 +82,8 @@ def create_world(
         [e.model_dump() for e in inst.setup],
         engine.EffectEnv(event_id="setup", npc_model_url=npc_model_url),
     )
-    for app in load_apps():  # apps the scenario left alone still exist (reads never write)
-        mod = app_module(app, "state")
-        if mod is not None and hasattr(mod, "ensure_setup"):
-            mod.ensure_setup(ctx)
+    for app in tools_apps():  # apps the scenario left alone still exist (reads never write)
+        app.ensure_setup(ctx)
     engine.install(session, world, inst)
     engine._scan_triggers(session, world)  # setup's own actions never trigger events
     mark_all(session, world.id)
@@ -253,10 +251,9 @@ def export_state(session: Session, world_id: str, include_tables: bool = True) -
         world_id=world_id, session=session, seed=world.seed, world=world, actor="export"
     )
     apps: dict[str, Any] = {}
-    for app in load_apps():
-        mod = app_module(app, "state")
-        if mod is not None and hasattr(mod, "export_state"):
-            apps[app] = mod.export_state(ctx)
+    for app in tools_apps():
+        if app.export_state is not None:
+            apps[app.name] = app.export_state(ctx)
     out: dict[str, Any] = {
         "world_id": world_id,
         "scenario": world.scenario,

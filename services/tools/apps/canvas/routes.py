@@ -20,14 +20,7 @@ from services.tools.apps.canvas import actions as A
 from services.tools.apps.canvas import comms as C
 from services.tools.apps.canvas import coursework as W
 from services.tools.apps.canvas.args import Params, paged
-from services.tools.apps.canvas.errors import (  # noqa: F401 - found by the tools app
-    ERROR_MODEL,
-    PREFIX,
-    CanvasRoute,
-    error_response,
-    render,
-)
-from services.tools.apps.canvas.extra_routes import extra_router
+from services.tools.apps.canvas.errors import PREFIX, CanvasRoute
 from services.tools.context import WorldCtx, json_body_doc, rejects
 
 router = APIRouter(prefix=PREFIX, tags=["canvas"], route_class=CanvasRoute)
@@ -321,7 +314,3 @@ def create_calendar_event(ctx: WorldCtx, args: Params) -> dict[str, Any]:
         description=args.text("calendar_event", "description") or "",
         location_name=args.text("calendar_event", "location_name") or "",
     )
-
-
-# The calls beyond these (assignment.edit, bulk grading, groups, users by id, ...).
-routers = [router, extra_router]

@@ -598,8 +598,6 @@ def _upload_routes(r: APIRouter, prefix: str, dep: Any) -> None:
 _upload_routes(upload_router, "/upload/gmail/v1/users/{userId}", WorldCtxByToken)
 _upload_routes(upload_router, "/worlds/{world_id}/upload/gmail/v1/users/{userId}", WorldCtx)
 
-routers = [router, upload_router]
-
 
 def _gmail_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GmailError)

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from services.tools.context import WorldContext
-from services.tools.db import app_module, load_apps
+from services.tools.db import tools_apps
 from services.tools.events.log import event_seq
 from services.tools.events.registry import Outcome, lower_all, predicate
 from services.tools.events.verdicts import verdicts
@@ -74,22 +74,14 @@ def outbox(ctx: WorldContext) -> list[Statement]:
         )
     )
     out: list[Statement] = []
-    for app in load_apps():
-        mod = app_module(app, "ops")
-        if mod is not None and hasattr(mod, "statements"):
-            out.extend(mod.statements(ctx, [a for a in actions if a.app == app]))
-    me = {a for app in load_apps() for a in _addresses(ctx, app)}
+    for app in tools_apps():
+        out.extend(app.statements(ctx, [a for a in actions if a.app == app.name]))
+    me = {a.lower() for app in tools_apps() for a in app.agent_addresses(ctx)}
     for st in out:
         st.to -= me
     out.sort(key=lambda st: st.seq)
     ctx.session.info["say.outbox"] = (key, out)
     return out
-
-
-def _addresses(ctx: WorldContext, app: str) -> set[str]:
-    mod = app_module(app, "ops")
-    fn = getattr(mod, "agent_addresses", None)
-    return {a.lower() for a in fn(ctx)} if fn is not None else set()
 
 
 def conversation(ctx: WorldContext, args: dict[str, Any]) -> list[Statement] | None:

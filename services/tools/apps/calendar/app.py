@@ -1,0 +1,13 @@
+"""Mock Google Calendar as the core sees it (see ``services.tools.apps.base``)."""
+
+from services.tools.apps.base import ToolsApp
+from services.tools.apps.calendar import routes, state
+
+APP = ToolsApp(
+    name="calendar",
+    routers=[routes.router],
+    error_response=routes.error_response,
+    error_model=routes.ERROR_MODEL,
+    export_state=state.export_state,
+    ensure_setup=state.ensure_setup,
+)

@@ -1,0 +1,16 @@
+"""Mock Slack as the core sees it (see ``services.tools.apps.base``)."""
+
+from services.tools.apps.base import ToolsApp
+from services.tools.apps.slack import actions, ops, routes, state
+
+APP = ToolsApp(
+    name="slack",
+    routers=[routes.router],
+    error_response=routes.error_response,
+    error_model=routes.ERROR_MODEL,
+    export_state=state.export_state,
+    ensure_setup=state.ensure_setup,
+    tick=actions.deliver_due,
+    statements=ops.statements,
+    agent_addresses=ops.agent_addresses,
+)
