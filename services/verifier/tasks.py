@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from celery import Celery, Task
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,17 +65,43 @@ def echo_job(job: JobRun) -> dict:
     return {"payload": payload, "sha256": echo_digest(payload), "worker_time": time.time()}
 
 
+JobBody = Callable[[JobRun], dict]
+
+
+def job_kinds(store: JobStore) -> dict[str, tuple[JobBody, dict[str, Any]]]:
+    """The registry of verification kinds: each kind's job body and its Celery task options.
+    Echo keeps Celery's default retries; a verification runs once (``max_retries=0``)."""
+    from services.verifier import bodies
+
+    def submission_body(job: JobRun) -> dict:
+        return bodies.submission_job(job, store.database)
+
+    once = {"max_retries": 0}
+    return {
+        "echo": (echo_job, {}),
+        "kernel": (bodies.kernel_job, once),
+        "web": (bodies.web_job, once),
+        "submission": (submission_body, once),
+        "world": (bodies.world_job, once),
+        "judge": (bodies.judge_job, once),
+    }
+
+
 @dataclass(frozen=True)
 class VerifierTasks:
-    echo: Task
-    kernel: Task
-    web: Task
-    submission: Task
-    world: Task
-    judge: Task
+    """The bound task of every kind in :func:`job_kinds`, looked up by kind."""
+
+    by_kind: Mapping[str, Task]
 
     def for_kind(self, kind: str) -> Task:
-        return getattr(self, kind)
+        try:
+            return self.by_kind[kind]
+        except KeyError:
+            raise KeyError(f"unknown job kind {kind!r}; known: {sorted(self.by_kind)}") from None
+
+    @property
+    def echo(self) -> Task:
+        return self.by_kind["echo"]
 
 
 def kind_queue(kind: str) -> str:
@@ -82,22 +110,13 @@ def kind_queue(kind: str) -> str:
 
 
 def register_tasks(app: Celery, store: JobStore) -> VerifierTasks:
-    """The verifier's job tasks on ``app``, recording into ``store``."""
-    from services.verifier import bodies
-
-    def task(name: str, body) -> Task:  # type: ignore[no-untyped-def]
-        return app.task(base=JobTask, name=f"verifier.{name}", job_store=store, max_retries=0)(body)
-
-    def submission_body(job: JobRun) -> dict:
-        return bodies.submission_job(job, store.database)
-
+    """The verifier's job tasks on ``app``, recording into ``store``: one per registered kind,
+    named ``verifier.<kind>``."""
     return VerifierTasks(
-        echo=app.task(base=JobTask, name="verifier.echo", job_store=store)(echo_job),
-        kernel=task("kernel", bodies.kernel_job),
-        web=task("web", bodies.web_job),
-        submission=task("submission", submission_body),
-        world=task("world", bodies.world_job),
-        judge=task("judge", bodies.judge_job),
+        {
+            kind: app.task(base=JobTask, name=f"verifier.{kind}", job_store=store, **options)(body)
+            for kind, (body, options) in job_kinds(store).items()
+        }
     )
 
 
