@@ -211,3 +211,17 @@ def test_lifecycle_and_these_runtimes_read_no_settings_themselves():
         if "get_settings" in p.read_text() or "load_settings" in p.read_text()
     ]
     assert readers == []
+
+
+def test_runtimes_come_from_one_registry(tmp_path):
+    """Every runtime a request may name is in ``RUNTIMES`` and built from it; none is loaded
+    by module name or probed for a factory."""
+    from services.sandbox.lifecycle.runtimes import RUNTIME_ORDER, RUNTIMES, make_runtimes
+    from services.sandbox.runtime.base import Runtime
+
+    assert set(RUNTIMES) == set(RUNTIME_ORDER)
+    built = make_runtimes(load_settings(data_dir=tmp_path))
+    assert list(built) == list(RUNTIMES)
+    assert all(isinstance(rt, Runtime) for rt in built.values())
+    text = (SANDBOX / "lifecycle" / "runtimes.py").read_text()
+    assert "importlib" not in text and "getattr(" not in text

@@ -1,68 +1,76 @@
 """Which runtimes this host has, and the one decision of which a sandbox gets.
 
-``make_runtimes`` builds every runtime the code knows (a runtime whose host requirements are
-missing is still built, and says why in ``available()``); ``pick_runtime`` resolves a request's
-``runtime`` (or the setting) to one of them, ``auto`` meaning microvm when it is available
-here, else process.
+``make_runtimes`` builds every runtime of the registry, ``RUNTIMES`` (a runtime whose host
+requirements are missing is still built, and says why in ``available()``); ``pick_runtime``
+resolves a request's ``runtime`` (or the setting) to one of them, ``auto`` meaning microvm
+when it is available here, else process.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from services.sandbox.runtime.base import Runtime, RuntimeUnavailable
 from shared.settings import Settings
 
-log = logging.getLogger("k3stack.sandbox")
+RUNTIME_ORDER = ("microvm", "firecracker", "docker", "kubernetes", "process")  # as listed
 
-RUNTIME_ORDER = ("microvm", "firecracker", "docker", "kubernetes", "process")
+RuntimeFactory = Callable[[Path, Settings], Runtime]
+"""Builds one runtime from its folder (``<data_dir>/sandbox/<name>``) and the settings."""
 
 
-def make_runtimes(settings: Settings) -> dict[str, Runtime]:
-    """Every runtime, built with its folder under ``<data_dir>/sandbox/<runtime>``."""
-    root = Path(settings.data_dir) / "sandbox"
-    runtimes: dict[str, Runtime] = {}
+def _process(root: Path, settings: Settings) -> Runtime:
     from services.sandbox.runtime.process import ProcessRuntime
 
-    runtimes["process"] = ProcessRuntime(
-        root / "process", pids_max=settings.sandbox.guest_pids_max,
+    return ProcessRuntime(
+        root, pids_max=settings.sandbox.guest_pids_max,
         ro_binds=tuple(settings.sandbox.process_ro_binds),
         guest_uid=settings.sandbox.process_guest_uid,
         guest_uids=settings.sandbox.process_guest_uids,
         usr_dirs=tuple(settings.sandbox.process_usr_dirs),
     )  # fmt: skip
+
+
+def _docker(root: Path, settings: Settings) -> Runtime:
     from services.sandbox.runtime.docker import DockerRuntime
 
-    runtimes["docker"] = DockerRuntime(root / "docker", pids_max=settings.sandbox.guest_pids_max)
+    return DockerRuntime(root, pids_max=settings.sandbox.guest_pids_max)
+
+
+def _kubernetes(root: Path, settings: Settings) -> Runtime:
     from services.sandbox.runtime.kube import KubernetesRuntime
 
-    runtimes["kubernetes"] = KubernetesRuntime(root / "kubernetes")
+    return KubernetesRuntime(root)
+
+
+def _firecracker(root: Path, settings: Settings) -> Runtime:
     from services.sandbox.runtime.firecracker import FirecrackerRuntime
 
-    runtimes["firecracker"] = FirecrackerRuntime(root / "firecracker")
-    microvm = _load_microvm(root / "microvm", settings)
-    if microvm is not None:
-        runtimes["microvm"] = microvm
-    return runtimes
+    return FirecrackerRuntime(root)
 
 
-def _load_microvm(root: Path, settings: Settings) -> Runtime | None:
-    """The QEMU microvm runtime, if its package is present (it is built separately)."""
-    try:
-        mod = importlib.import_module("services.sandbox.runtime.microvm")
-    except ImportError as exc:
-        log.info("microvm runtime not importable: %s", exc)
-        return None
-    factory = getattr(mod, "make_runtime", None)
-    if factory is not None:
-        return factory(settings)
-    cls = getattr(mod, "MicroVMRuntime", None)
-    if cls is None:
-        log.warning("services.sandbox.runtime.microvm has neither make_runtime nor MicroVMRuntime")
-        return None
-    return cls(root)
+def _microvm(root: Path, settings: Settings) -> Runtime:
+    from services.sandbox.runtime.microvm import make_runtime
+
+    return make_runtime(settings)  # its folder is the same ``<data_dir>/sandbox/microvm``
+
+
+RUNTIMES: dict[str, RuntimeFactory] = {
+    "process": _process,
+    "docker": _docker,
+    "kubernetes": _kubernetes,
+    "firecracker": _firecracker,
+    "microvm": _microvm,
+}
+"""The registry of runtimes: every name a request may give, with its factory (each imports
+its runtime's module only when called)."""
+
+
+def make_runtimes(settings: Settings) -> dict[str, Runtime]:
+    """Every registered runtime, built with its folder under ``<data_dir>/sandbox/<name>``."""
+    root = Path(settings.data_dir) / "sandbox"
+    return {name: factory(root / name, settings) for name, factory in RUNTIMES.items()}
 
 
 def pick_runtime(requested: str | None, default: str, runtimes: dict[str, Runtime]) -> Runtime:
