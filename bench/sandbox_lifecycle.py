@@ -35,6 +35,7 @@ import socket
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -334,6 +335,24 @@ def pause_part(rt, chain, store, work, want, n) -> None:  # type: ignore[no-unty
     rt.destroy(p)
 
 
+def _tcp_sink(path: Path) -> tuple[int, threading.Thread]:
+    """A loopback port whose one connection is written to ``path``: where the jailed QEMU
+    sends its migration stream (``-sandbox spawn=deny`` refuses ``exec:cat``, and its chroot
+    hides host paths from ``unix:``)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def drain() -> None:
+        conn, _ = server.accept()
+        with conn, open(path, "wb") as out:
+            while chunk := conn.recv(1 << 20):
+                out.write(chunk)
+        server.close()
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    return server.getsockname()[1], thread
+
+
 def qemu_baseline(rt, h, work: Path, n: int, want: bytes) -> None:  # type: ignore[no-untyped-def]
     """QEMU's own full snapshot and full restore (process start to the guest's answer)."""
     from services.sandbox.images.builder import get_image
@@ -343,13 +362,19 @@ def qemu_baseline(rt, h, work: Path, n: int, want: bytes) -> None:  # type: igno
     for _ in range(n):
         path = work / "full.mig"
         t = time.perf_counter()
-        live.qmp.execute("migrate", uri=f"exec:cat > {path}")
+        port, sink = _tcp_sink(path)
+        live.qmp.execute("migrate", uri=f"tcp:127.0.0.1:{port}")
         while (live.qmp.execute("query-migrate") or {}).get("status") not in (
             "completed",
             "failed",
         ):
             time.sleep(0.002)
-        rec("BASELINE QEMU full snapshot (all RAM)", since(t), "QMP migrate to a file")
+        sink.join(timeout=60)
+        rec(
+            "BASELINE QEMU full snapshot (all RAM)",
+            since(t),
+            "QMP migrate to a file (via loopback)",
+        )
         live.qmp.execute("cont")
         sock_dir = short_dir(f"qb{os.getpid()}")
         cmd = qemu_cmdline(image, h.spec, rt.accel, sock_dir, Path("/unused"), incoming=True)

@@ -47,13 +47,15 @@ base_image() {
 }
 
 wheelhouse() {
-  # Every requirement of every image (core + each extra + the S3 stand-in), as wheels.
+  # Every requirement of every image (core + the images' extras, those `all` names, + the S3
+  # stand-in), as wheels; an extra no image installs (sglang: a CUDA stack) stays out.
   local reqs=wheelhouse/.requirements.txt
   "$PY" - "$reqs" <<'EOF'
 import sys, tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extras = p["optional-dependencies"]
-reqs = p["dependencies"] + [r for x, d in extras.items() if x not in ("all", "test") for r in d]
+images = extras["all"][0].split("[", 1)[1].rstrip("]").split(",")  # k3stack[model,sandbox,...]
+reqs = p["dependencies"] + [r for x in images for r in extras[x]]
 reqs += [r for r in extras["test"] if r.startswith("moto")]
 reqs += ["setuptools==84.2.1", "wheel==0.48.0"]  # the k3stack wheel's build backend
 reqs += ["async-timeout==5.0.1"]  # redis wants it on Python < 3.11.3 (Debian 12 has 3.11.2)
