@@ -58,3 +58,36 @@ def test_user_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
         jails.resolve_user("0:0")
     monkeypatch.setattr(jails.os, "geteuid", lambda: 1000)
     assert jails.resolve_user("k3stack-vm") is None  # not root: nothing to drop
+
+
+def test_root_without_the_drop_capabilities_keeps_qemu_seccomp_only(monkeypatch) -> None:
+    """The compose and chart sandbox container is root with ``cap_drop: ALL``: chown, setuid and
+    chroot would fail (EPERM: every microVM create was a 500 in e2e), so QEMU keeps the service's
+    uid with seccomp and ``elevateprivileges=deny``, and the warning names what is missing."""
+    from services.sandbox.runtime.microvm import jail
+
+    monkeypatch.setattr(jail.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(jail, "missing_caps", lambda: ["chown", "setuid"])
+    assert jail.resolve_user("1234:1234") is None
+    args = jail.Jail("i", None).args(Path("/x"), spawn=False)
+    assert "-runas" not in args and "-chroot" not in args
+    assert any("elevateprivileges=deny" in a for a in args)
+    monkeypatch.setattr(jail, "missing_caps", lambda: [])
+    assert jail.resolve_user("1234:1234") == (1234, 1234)
+
+
+def test_missing_caps_reads_the_effective_set() -> None:
+    """Run with an empty bounding set (as a ``cap_drop: ALL`` container's root): all four are
+    missing; this test's own process (root here) has them all."""
+    import subprocess
+    import sys
+
+    from services.sandbox.runtime.microvm.jail import missing_caps
+
+    assert missing_caps() == []
+    code = "from services.sandbox.runtime.microvm.jail import missing_caps; print(missing_caps())"
+    out = subprocess.run(
+        ["setpriv", "--bounding-set", "-all", sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert out.strip() == "['chown', 'setgid', 'setuid', 'sys_chroot']"

@@ -18,8 +18,10 @@
   threads) and pids (:data:`PIDS_MAX`). QEMU enters it before it runs (a shell writes its own
   pid to ``cgroup.procs`` and execs), so every page and thread it makes is counted.
 
-Where the service is not root, QEMU keeps the service's uid and only seccomp (with
-``elevateprivileges=deny``) and ``no_new_privs`` apply. Command lines carry ``-name
+Where the service is not root, or is root without the capabilities the drop needs (a container
+run with ``cap_drop: ALL``, as docker-compose.yml and the chart run the sandbox: the container is
+then QEMU's confinement), QEMU keeps the service's uid and only seccomp (with
+``elevateprivileges=deny``) and ``no_new_privs`` apply; the service logs which are missing. Command lines carry ``-name
 k3stack-<instance>`` so a restarted service finds its own QEMUs, and only those (:func:`reap`).
 """
 
@@ -49,10 +51,30 @@ CPU_PERIOD_US = 100_000
 _V1 = {"memory": "memory.limit_in_bytes", "pids": "pids.max"}
 
 
+DROP_CAPS = {"chown": 0, "setgid": 6, "setuid": 7, "sys_chroot": 18}
+"""Capabilities (bit numbers) a root service needs to hand QEMU its folder, drop and chroot."""
+
+
+def missing_caps() -> list[str]:
+    """Which of :data:`DROP_CAPS` this process lacks in its effective set."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                eff = int(line.split()[1], 16)
+                return [name for name, bit in DROP_CAPS.items() if not eff >> bit & 1]
+    return []
+
+
 def resolve_user(user: str) -> tuple[int, int] | None:
-    """``(uid, gid)`` QEMU drops to: None when the service is not root or ``user`` is empty;
-    ``uid:gid`` as given; a user name looked up (a missing one falls back to ``nobody``)."""
+    """``(uid, gid)`` QEMU drops to: None when the service is not root, lacks the capabilities
+    of the drop, or ``user`` is empty; ``uid:gid`` as given; a user name looked up (a missing
+    one falls back to ``nobody``)."""
     if os.geteuid() != 0 or not user:
+        return None
+    if missing := missing_caps():
+        log.warning("microvm: QEMU keeps the service's uid, no chroot: the service lacks "
+                    "CAP_%s (seccomp and no_new_privs still apply)",
+                    ", CAP_".join(c.upper() for c in missing))  # fmt: skip
         return None
     uid, sep, gid = user.partition(":")
     if sep and uid.isdigit() and gid.isdigit():
