@@ -44,7 +44,7 @@ def test_k3stack_run_with_the_real_cli_scores_every_event(
         report_url = result.output.strip().splitlines()[-1].split("report: ", 1)[1]
         page = httpx.get(report_url, timeout=30)
         assert page.status_code == 200 and "Simulated day" in page.text, page.text[-2000:]
-        assert "agent CLI day" in page.text and "model call" in page.text
+        assert "agent CLI · day" in page.text and "model call" in page.text
         (episode,) = httpx.get(f"{api_url}/episodes", timeout=30).json()["episodes"]
         assert episode["status"] == "succeeded"
         raw = httpx.get(f"{api_url}/episodes/{episode['id']}/trajectory", timeout=60)
