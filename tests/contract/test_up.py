@@ -149,19 +149,12 @@ def _children_of(pid: int) -> list[int]:
     return kids
 
 
-def _start_foreground(env: dict[str, str]) -> tuple[subprocess.Popen, queue.Queue]:
-    """``k3stack up`` in the foreground with its stdout lines fed to a queue as they come."""
+def _start_foreground(env: dict[str, str], *args: str) -> tuple[subprocess.Popen, queue.Queue]:
+    """``k3stack up ARGS`` in the foreground with its stdout lines fed to a queue as they come
+    (default ARGS: the tools and verifier services, a 200 s start-up budget)."""
+    args = args or ("--services", "tools,verifier", "--timeout", "200")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "shared.cli",
-            "up",
-            "--services",
-            "tools,verifier",
-            "--timeout",
-            "200",
-        ],
+        [sys.executable, "-m", "shared.cli", "up", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,13 @@ import httpx
 import pytest
 
 from shared.cli import group_alive
-from tests.contract.test_up import SERVICES, _processes_mentioning, _wait_for_line, k3stack
+from tests.contract.test_up import (
+    SERVICES,
+    _processes_mentioning,
+    _start_foreground,
+    _wait_for_line,
+    k3stack,
+)
 from tests.helpers.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -64,21 +68,8 @@ def default_env(tmp_path) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
 def test_up_with_defaults_under_two_burners_per_core(burners, default_env):
     env, ports = default_env
     assert burners >= 2
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "up"],  # no --timeout: the defaults under test
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: queue.Queue = queue.Queue()
-
-    def pump() -> None:
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
+    # all services, no --timeout: the defaults under test
+    proc, lines = _start_foreground(env, "--services", ",".join(SERVICES))
     try:
         _wait_for_line(lines, "press Ctrl-C to stop", timeout=UP_BUDGET_S)
         for name, port in ports.items():
